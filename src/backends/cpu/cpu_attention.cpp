@@ -1,0 +1,69 @@
+// Rotary embedding and causal grouped-query attention on the CPU.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace plumb {
+
+void CpuBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim,
+                                  double theta) {
+  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = rotary_dim / 2;
+  PLUMB_CHECK(static_cast<int64_t>(positions.size()) == T, "rotary_embedding: {} positions for {} tokens",
+              positions.size(), T);
+  PLUMB_CHECK(rotary_dim % 2 == 0 && rotary_dim <= d, "rotary_embedding: rotary dim {} for head dim {}", rotary_dim, d);
+  // Frequencies and angles in FP32, as the reference computes them: inv_freq_i = 1 / theta^(2i / rotary_dim).
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  float* px = x.f32();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      const float c = std::cos(angle), s = std::sin(angle);
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = px + (t * heads + h) * d;
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+}
+
+void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t past, Tensor& o) {
+  const int64_t T = q.dim(0), nq = q.dim(1), d = q.dim(2), nkv = k_cache.dim(1);
+  PLUMB_CHECK(nq % nkv == 0, "attention: {} query heads are not a multiple of {} KV heads", nq, nkv);
+  PLUMB_CHECK(k_cache.dim(0) >= past + T && k_cache.dim(2) == d, "attention: cache {} too small for {} positions",
+              shape_str(k_cache.shape()), past + T);
+  cpu::expect_shape(v_cache, k_cache.shape(), "attention", "v_cache");
+  cpu::expect_shape(o, q.shape(), "attention", "o");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float *pq = q.f32(), *pk = k_cache.f32(), *pv = v_cache.f32();
+  float* po = o.f32();
+  parallel_for(T * nq, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t idx = begin; idx < end; ++idx) {
+      const int64_t t = idx / nq, h = idx % nq, kvh = h / (nq / nkv), visible = past + t + 1;
+      const float* qv = pq + idx * d;
+      scores.resize(visible);
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j < visible; ++j) {
+        scores[j] = cpu::dot(qv, pk + (j * nkv + kvh) * d, d) * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < visible; ++j) sum += scores[j] = std::exp(scores[j] - max_score);
+      float* out = po + idx * d;
+      std::fill(out, out + d, 0.0f);
+      for (int64_t j = 0; j < visible; ++j) {
+        const float p = scores[j] / sum;
+        const float* vv = pv + (j * nkv + kvh) * d;
+        for (int64_t c = 0; c < d; ++c) out[c] += p * vv[c];
+      }
+    }
+  });
+}
+
+}  // namespace plumb

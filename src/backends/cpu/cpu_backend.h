@@ -1,0 +1,64 @@
+// The CPU backend: plain loops with FP32 accumulation, written to be read. It is the reference ("oracle") every
+// other backend is checked against, so clarity wins over speed; work is split across host threads only where the
+// split cannot change a result (each output element is computed by exactly one thread, in a fixed order).
+#pragma once
+
+#include <cmath>
+#include <memory>
+
+#include "ops/backend.h"
+
+namespace plumb {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+
+  Tensor zeros(DType dtype, const Shape& shape) override;
+  Tensor upload(const Tensor& host) override;
+  Tensor download(const Tensor& t) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+
+  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
+  void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override;
+  void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
+
+  void causal_conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y) override;
+  void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
+                 Tensor& beta) override;
+  void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        Tensor& state, Tensor& o, GdnAlgorithm algorithm) override;
+
+  void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t past, Tensor& o) override;
+
+  void mul_sigmoid(Tensor& x, const Tensor& gate) override;
+  void mul_sigmoid_rows(Tensor& x, const Tensor& gate) override;
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+
+  void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+                 Tensor& expert_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   const ExpertWeights& experts, Tensor& y) override;
+};
+
+// Shared scalar helpers of the CPU reference.
+namespace cpu {
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// log(1 + e^x), passing x through above 20 as torch.nn.functional.softplus does.
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// Σ a[i]·b[i] in FP32 with eight interleaved partial sums combined in a fixed order.
+float dot(const float* a, const float* b, int64_t n);
+// Row n of a weight matrix [N, K] as F32: a pointer into w when it is F32, else converted into scratch.
+const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch);
+// Checks a tensor's shape, naming the op and the argument.
+void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg);
+
+}  // namespace cpu
+}  // namespace plumb

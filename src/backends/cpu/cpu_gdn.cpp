@@ -1,0 +1,209 @@
+// Gated DeltaNet on the CPU: causal conv1d, the gates, and the gated delta rule, both token by token and chunked
+// (the WY form of ../shared/docs/qwen3-next-spec.md §10). Everything is FP32; the two algorithms are tested against
+// each other.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+namespace plumb {
+namespace {
+
+constexpr float kL2NormEps = 1e-6f;
+
+// Per-head inputs of the delta rule for one value head, gathered from the [T, heads, dim] tensors: q and k
+// L2-normalized (q also scaled by dk^-1/2), as the recurrence consumes them.
+struct HeadInputs {
+  int64_t tokens, dk, dv;
+  std::vector<float> q, k, v;  // [T, dk], [T, dk], [T, dv]
+  std::vector<float> g, beta;  // [T]
+};
+
+// x ← x / sqrt(Σx² + eps) · scale, rounding after the normalization and again after the scale, as the reference does.
+void l2_normalize(float* x, int64_t n, float scale) {
+  const float inv = 1.0f / std::sqrt(cpu::dot(x, x, n) + kL2NormEps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * scale;
+}
+
+HeadInputs gather_head(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                       int64_t h) {
+  const int64_t T = q.dim(0), nk = q.dim(1), dk = q.dim(2), nv = v.dim(1), dv = v.dim(2);
+  const int64_t kh = h / (nv / nk);  // value head h reads key head h / (nv / nk)
+  HeadInputs in{T, dk, dv, std::vector<float>(T * dk), std::vector<float>(T * dk), std::vector<float>(T * dv),
+                std::vector<float>(T), std::vector<float>(T)};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(&in.q[t * dk], q.f32() + (t * nk + kh) * dk, dk * sizeof(float));
+    std::memcpy(&in.k[t * dk], k.f32() + (t * nk + kh) * dk, dk * sizeof(float));
+    std::memcpy(&in.v[t * dv], v.f32() + (t * nv + h) * dv, dv * sizeof(float));
+    l2_normalize(&in.q[t * dk], dk, scale);
+    l2_normalize(&in.k[t * dk], dk, 1.0f);
+    in.g[t] = g.f32()[t * nv + h];
+    in.beta[t] = beta.f32()[t * nv + h];
+  }
+  return in;
+}
+
+// S [dk, dv] in place; o [T, dv].
+void delta_rule_recurrent(const HeadInputs& in, float* S, float* o) {
+  const int64_t dk = in.dk, dv = in.dv;
+  std::vector<float> delta(dv);
+  for (int64_t t = 0; t < in.tokens; ++t) {
+    const float* k = &in.k[t * dk];
+    const float* q = &in.q[t * dk];
+    const float decay = std::exp(in.g[t]);
+    for (int64_t i = 0; i < dk * dv; ++i) S[i] *= decay;
+    // delta = beta (v - Sᵀk)
+    for (int64_t j = 0; j < dv; ++j) {
+      float m = 0.0f;
+      for (int64_t i = 0; i < dk; ++i) m += S[i * dv + j] * k[i];
+      delta[j] = in.beta[t] * (in.v[t * dv + j] - m);
+    }
+    for (int64_t i = 0; i < dk; ++i)
+      for (int64_t j = 0; j < dv; ++j) S[i * dv + j] += k[i] * delta[j];
+    for (int64_t j = 0; j < dv; ++j) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < dk; ++i) acc += S[i * dv + j] * q[i];
+      o[t * dv + j] = acc;
+    }
+  }
+}
+
+// The chunked form. Within a chunk of L tokens with cumulative log-decay γ (Γ = exp γ):
+//   A[i, j] = β_i e^{γ_i − γ_j} k_i·k_j (j < i);  U = (I + A)^-1 diag(β) V;  W = (I + A)^-1 diag(βΓ) K
+//   Δ = U − W S0;  O = diag(Γ) Q S0 + (QKᵀ ⊙ D) Δ with D[r, i] = e^{γ_r − γ_i} (i ≤ r)
+//   S = Γ_L S0 + Σ_i e^{γ_L − γ_i} k_i Δ_iᵀ
+void delta_rule_chunked(const HeadInputs& in, float* S, float* o) {
+  const int64_t dk = in.dk, dv = in.dv;
+  std::vector<float> gamma, A, U, W, delta, S0(dk * dv);
+  for (int64_t c0 = 0; c0 < in.tokens; c0 += kGdnChunkSize) {
+    const int64_t L = std::min(kGdnChunkSize, in.tokens - c0);
+    const float* K = &in.k[c0 * dk];
+    const float* Q = &in.q[c0 * dk];
+    const float* V = &in.v[c0 * dv];
+    const float* beta = &in.beta[c0];
+    gamma.assign(L, 0.0f);
+    float running = 0.0f;
+    for (int64_t r = 0; r < L; ++r) gamma[r] = running += in.g[c0 + r];
+
+    A.assign(L * L, 0.0f);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < i; ++j)
+        A[i * L + j] = beta[i] * std::exp(gamma[i] - gamma[j]) * cpu::dot(K + i * dk, K + j * dk, dk);
+
+    // Forward substitution: row i of (I + A) X = B gives x_i = b_i − Σ_{j<i} A[i, j] x_j.
+    U.assign(L * dv, 0.0f);
+    W.assign(L * dk, 0.0f);
+    for (int64_t i = 0; i < L; ++i) {
+      const float gi = std::exp(gamma[i]);
+      for (int64_t c = 0; c < dv; ++c) U[i * dv + c] = beta[i] * V[i * dv + c];
+      for (int64_t c = 0; c < dk; ++c) W[i * dk + c] = beta[i] * gi * K[i * dk + c];
+      for (int64_t j = 0; j < i; ++j) {
+        const float a = A[i * L + j];
+        for (int64_t c = 0; c < dv; ++c) U[i * dv + c] -= a * U[j * dv + c];
+        for (int64_t c = 0; c < dk; ++c) W[i * dk + c] -= a * W[j * dk + c];
+      }
+    }
+
+    std::memcpy(S0.data(), S, dk * dv * sizeof(float));
+    delta.assign(L * dv, 0.0f);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t c = 0; c < dv; ++c) {
+        float ws = 0.0f;
+        for (int64_t x = 0; x < dk; ++x) ws += W[i * dk + x] * S0[x * dv + c];
+        delta[i * dv + c] = U[i * dv + c] - ws;
+      }
+
+    for (int64_t r = 0; r < L; ++r) {
+      const float gr = std::exp(gamma[r]);
+      float* out = o + (c0 + r) * dv;
+      for (int64_t c = 0; c < dv; ++c) {
+        float inter = 0.0f;
+        for (int64_t x = 0; x < dk; ++x) inter += Q[r * dk + x] * S0[x * dv + c];
+        out[c] = gr * inter;
+      }
+      for (int64_t i = 0; i <= r; ++i) {
+        const float p = std::exp(gamma[r] - gamma[i]) * cpu::dot(Q + r * dk, K + i * dk, dk);
+        for (int64_t c = 0; c < dv; ++c) out[c] += p * delta[i * dv + c];
+      }
+    }
+
+    const float g_last = gamma[L - 1];
+    const float decay_last = std::exp(g_last);
+    for (int64_t i = 0; i < dk * dv; ++i) S[i] = decay_last * S0[i];
+    for (int64_t i = 0; i < L; ++i) {
+      const float w = std::exp(g_last - gamma[i]);
+      for (int64_t x = 0; x < dk; ++x) {
+        const float kx = w * K[i * dk + x];
+        for (int64_t c = 0; c < dv; ++c) S[x * dv + c] += kx * delta[i * dv + c];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y) {
+  const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
+  cpu::expect_shape(w, {C, K}, "causal_conv1d_silu", "w");
+  cpu::expect_shape(state, {C, K - 1}, "causal_conv1d_silu", "state");
+  cpu::expect_shape(y, {T, C}, "causal_conv1d_silu", "y");
+  const float *px = x.f32(), *pw = w.f32();
+  float* ps = state.f32();
+  float* py = y.f32();
+  parallel_for(C, 64, [&](int64_t begin, int64_t end) {
+    std::vector<float> window(static_cast<size_t>(K - 1 + T));  // the K-1 previous inputs, then this call's inputs
+    for (int64_t c = begin; c < end; ++c) {
+      for (int64_t j = 0; j < K - 1; ++j) window[j] = ps[c * (K - 1) + j];
+      for (int64_t t = 0; t < T; ++t) window[K - 1 + t] = px[t * C + c];
+      for (int64_t t = 0; t < T; ++t) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < K; ++j) acc += pw[c * K + j] * window[t + j];
+        py[t * C + c] = cpu::silu(acc);
+      }
+      for (int64_t j = 0; j < K - 1; ++j) ps[c * (K - 1) + j] = window[T + j];
+    }
+  });
+}
+
+void CpuBackend::gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
+                           Tensor& beta) {
+  const int64_t T = a.dim(0), nv = a.dim(1);
+  for (const Tensor* t : {&b, static_cast<const Tensor*>(&g), static_cast<const Tensor*>(&beta)})
+    cpu::expect_shape(*t, {T, nv}, "gdn_gates", "a gate tensor");
+  cpu::expect_shape(A_log, {nv}, "gdn_gates", "A_log");
+  cpu::expect_shape(dt_bias, {nv}, "gdn_gates", "dt_bias");
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nv; ++h) {
+      const int64_t i = t * nv + h;
+      beta.f32()[i] = cpu::sigmoid(b.f32()[i]);
+      g.f32()[i] = -std::exp(A_log.f32()[h]) * cpu::softplus(a.f32()[i] + dt_bias.f32()[h]);
+    }
+}
+
+void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                  const Tensor& beta, Tensor& state, Tensor& o, GdnAlgorithm algorithm) {
+  const int64_t T = q.dim(0), nk = q.dim(1), dk = q.dim(2), nv = v.dim(1), dv = v.dim(2);
+  const char* op = "gated_delta_rule";
+  cpu::expect_shape(k, {T, nk, dk}, op, "k");
+  cpu::expect_shape(v, {T, nv, dv}, op, "v");
+  cpu::expect_shape(g, {T, nv}, op, "g");
+  cpu::expect_shape(beta, {T, nv}, op, "beta");
+  cpu::expect_shape(state, {nv, dk, dv}, op, "state");
+  cpu::expect_shape(o, {T, nv, dv}, op, "o");
+  PLUMB_CHECK(nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
+  parallel_for(nv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> out(T * dv);
+    for (int64_t h = begin; h < end; ++h) {
+      const HeadInputs in = gather_head(q, k, v, g, beta, h);
+      float* S = state.f32() + h * dk * dv;
+      if (algorithm == GdnAlgorithm::kRecurrent) delta_rule_recurrent(in, S, out.data());
+      else delta_rule_chunked(in, S, out.data());
+      for (int64_t t = 0; t < T; ++t) std::memcpy(o.f32() + (t * nv + h) * dv, &out[t * dv], dv * sizeof(float));
+    }
+  });
+}
+
+}  // namespace plumb

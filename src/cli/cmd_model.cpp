@@ -1,0 +1,128 @@
+// plumb logits | generate | inspect: running a model folder from the command line.
+#include <cstdio>
+#include <map>
+
+#include "backends/cpu/cpu_backend.h"
+#include "cli/commands.h"
+#include "cli/model_report.h"
+#include "cli/parse.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/npy.h"
+#include "engine/generate.h"
+
+namespace plumb::cli {
+namespace {
+
+// The backend named by --device. The CUDA backend plugs in here once it is built.
+std::unique_ptr<Backend> make_backend(const std::string& device) {
+  PLUMB_CHECK(device == "cpu", "--device {}: this build of plumb runs on the cpu only", device);
+  return std::make_unique<CpuBackend>();
+}
+
+void print_hash(const char* what, const Tensor& t) {
+  std::printf("%s %016llx\n", what, static_cast<unsigned long long>(fnv1a64(t.data(), t.nbytes())));
+}
+
+// FNV-1a of the logits and of every layer's final recurrent, conv and KV state (the filled rows only).
+void print_hashes(const Qwen3NextModel& model, const SequenceState& state, const Tensor& logits) {
+  Backend& be = model.backend();
+  print_hash("logits", be.download(logits));
+  for (size_t i = 0; i < state.layers.size(); ++i) {
+    const LayerState& l = state.layers[i];
+    const std::string layer = "layer" + std::to_string(i) + ".";
+    if (l.recurrent_state.data()) {
+      print_hash((layer + "recurrent").c_str(), be.download(l.recurrent_state));
+      print_hash((layer + "conv").c_str(), be.download(l.conv_state));
+    } else {
+      print_hash((layer + "k").c_str(), be.download(l.k_cache.rows(0, state.position)));
+      print_hash((layer + "v").c_str(), be.download(l.v_cache.rows(0, state.position)));
+    }
+  }
+}
+
+struct LogitsArgs {
+  std::string model, ids, out, device = "cpu";
+  bool hash = false;
+};
+
+void run_logits(const LogitsArgs& a) {
+  const auto backend = make_backend(a.device);
+  const Qwen3NextModel model = open_model(a.model, *backend);
+  const std::vector<int32_t> ids = parse_token_ids(a.ids, "--ids", model.config().vocab_size);
+  SequenceState state = model.new_sequence(static_cast<int64_t>(ids.size()));
+  const Tensor logits = model.forward(state, ids, LogitsRows::kAll);  // [T, V]
+  if (!a.out.empty()) {
+    const Tensor host = backend->download(logits);
+    write_npy_f32(a.out, host.f32(), host.shape());
+  }
+  if (a.hash) print_hashes(model, state, logits);
+}
+
+struct GenerateArgs {
+  std::string model, ids, device = "cpu", stop_ids;
+  int64_t max_tokens = 32;
+  SamplingParams sampling;
+  bool print_ids = false, hash = false;
+};
+
+void run_generate(const GenerateArgs& a) {
+  const auto backend = make_backend(a.device);
+  const Qwen3NextModel model = open_model(a.model, *backend);
+  const int64_t vocab = model.config().vocab_size;
+  PLUMB_CHECK(!a.ids.empty(), "generate needs --ids (text prompts need a tokenizer: --prompt)");
+  const std::vector<int32_t> prompt = parse_token_ids(a.ids, "--ids", vocab);
+  GenerateOptions options;
+  options.max_tokens = a.max_tokens;
+  options.sampling = a.sampling;
+  options.stop_ids = a.stop_ids.empty() ? std::vector<int32_t>() : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
+  const GenerateResult result = generate(model, prompt, options, [&](int32_t id) {
+    if (a.print_ids) return;
+    std::printf("%d ", id);
+    std::fflush(stdout);
+  });
+  if (a.print_ids) {
+    for (size_t i = 0; i < result.tokens.size(); ++i) std::printf(i ? " %d" : "%d", result.tokens[i]);
+  }
+  std::printf("\n");
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+  auto logits_args = std::make_shared<LogitsArgs>();
+  CLI::App* logits = app.add_subcommand("logits", "Write the float32 logits [T, vocab] of one prefill as .npy");
+  logits->add_option("--model", logits_args->model, "model folder")->required();
+  logits->add_option("--ids", logits_args->ids, "token ids, comma-separated")->required();
+  logits->add_option("--out", logits_args->out, "output .npy file");
+  logits->add_option("--device", logits_args->device, "cpu");
+  logits->add_flag("--hash", logits_args->hash, "print FNV-1a hashes of the logits and every layer's final state");
+  logits->callback([logits_args] {
+    PLUMB_CHECK(!logits_args->out.empty() || logits_args->hash, "logits needs --out FILE.npy or --hash");
+    run_logits(*logits_args);
+  });
+
+  auto gen_args = std::make_shared<GenerateArgs>();
+  CLI::App* gen = app.add_subcommand("generate", "Generate tokens after a prompt");
+  gen->add_option("--model", gen_args->model, "model folder")->required();
+  gen->add_option("--ids", gen_args->ids, "prompt token ids, comma-separated");
+  gen->add_option("--max-tokens", gen_args->max_tokens, "most tokens to generate");
+  gen->add_option("--temperature", gen_args->sampling.temperature, "0 for greedy");
+  gen->add_option("--top-k", gen_args->sampling.top_k, "keep the k most likely tokens (0: all)");
+  gen->add_option("--top-p", gen_args->sampling.top_p, "keep the most likely tokens up to this mass");
+  gen->add_option("--min-p", gen_args->sampling.min_p, "drop tokens below this fraction of the best one");
+  gen->add_option("--repetition-penalty", gen_args->sampling.repetition_penalty, "1 for none");
+  gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run");
+  gen->add_option("--stop-ids", gen_args->stop_ids, "token ids that end generation, comma-separated");
+  gen->add_option("--device", gen_args->device, "cpu");
+  gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");
+  gen->callback([gen_args] { run_generate(*gen_args); });
+
+  auto inspect_args = std::make_shared<InspectArgs>();
+  CLI::App* inspect = app.add_subcommand("inspect", "Summarize a model folder: architecture, parameters, bytes per token");
+  inspect->add_option("--model", inspect_args->model, "model folder")->required();
+  inspect->add_option("--context", inspect_args->context, "context length for the KV bytes of one decode step");
+  inspect->callback([inspect_args] { print_model_report(*inspect_args); });
+}
+
+}  // namespace plumb::cli

@@ -1,0 +1,129 @@
+#include "cli/model_report.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "loader/safetensors.h"
+#include "model/weight_table.h"
+
+namespace plumb::cli {
+namespace {
+
+struct KindTotals {
+  int64_t params = 0;
+  double bytes = 0;  // as stored
+};
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// The kind of parameter a checkpoint name holds, for the report.
+std::string kind_of(const std::string& name) {
+  if (contains(name, "embed_tokens")) return "embedding";
+  if (name == "lm_head.weight") return "lm_head";
+  if (contains(name, "layernorm") || name.ends_with("model.norm.weight") || name.ends_with("language_model.norm.weight"))
+    return "norms";
+  if (contains(name, ".linear_attn.")) return "gated_deltanet";
+  if (contains(name, ".self_attn.")) return "full_attention";
+  if (contains(name, ".mlp.experts.")) return "routed_experts";
+  if (contains(name, ".mlp.shared_expert")) return "shared_expert";
+  if (contains(name, ".mlp.gate.")) return "router";
+  return "dense_mlp";
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+}  // namespace
+
+void print_model_report(const InspectArgs& args) {
+  PLUMB_CHECK(args.context >= 0, "--context must be >= 0, got {}", args.context);
+  const ModelConfig c = load_model_config(args.model);
+  const CheckpointFiles files = CheckpointFiles::open(args.model);
+  ModelWeights shapes_only;
+  const std::vector<WeightSlot> table =
+      build_weight_table(c, shapes_only, [&](const std::string& name) { return files.contains(name); });
+
+  std::map<std::string, KindTotals> kinds;
+  int64_t total_params = 0;
+  double step_weight_bytes = 0;  // weights one decode step reads at batch 1
+  const double expert_fraction =
+      c.num_experts > 0 ? static_cast<double>(c.num_experts_per_tok) / static_cast<double>(c.num_experts) : 0.0;
+  for (const WeightSlot& slot : table) {
+    PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}'", files.source(), slot.name);
+    const TensorInfo& info = files.info(slot.name);
+    const int64_t n = shape_numel(info.shape);
+    double bytes = static_cast<double>(n) * static_cast<double>(dtype_size(info.dtype));
+    const std::string scale = slot.name + "_scale_inv";
+    if (files.contains(scale)) {
+      const TensorInfo& s = files.info(scale);
+      bytes += static_cast<double>(shape_numel(s.shape)) * static_cast<double>(dtype_size(s.dtype));
+    }
+    const std::string kind = kind_of(slot.name);
+    kinds[kind].params += n;
+    kinds[kind].bytes += bytes;
+    total_params += n;
+    if (kind == "embedding") {
+      // One row is gathered; the rest is read only when tied (as lm_head), counted below.
+      step_weight_bytes += bytes / static_cast<double>(c.vocab_size) + (c.tie_word_embeddings ? bytes : 0.0);
+    } else if (kind == "routed_experts") {
+      step_weight_bytes += bytes * expert_fraction;  // top-k of E experts at batch 1
+    } else {
+      step_weight_bytes += bytes;
+    }
+  }
+
+  std::string pattern;
+  for (LayerKind k : c.layer_types) pattern += k == LayerKind::kGatedDeltaNet ? 'G' : 'A';
+  fmt::print("model        {} ({}), from {}\n", c.model_type, model_family_name(c.family), args.model);
+  fmt::print("layers       {}: {} gated deltanet (G), {} full attention (A): {}\n", c.num_layers,
+             c.num_layers_of(LayerKind::kGatedDeltaNet), c.num_layers_of(LayerKind::kFullAttention), pattern);
+  fmt::print("hidden       {}, vocabulary {}, {} embeddings\n", c.hidden_size, c.vocab_size,
+             c.tie_word_embeddings ? "tied" : "untied");
+  fmt::print("deltanet     {} key heads x {}, {} value heads x {}, conv kernel {}\n", c.linear_num_key_heads,
+             c.linear_key_head_dim, c.linear_num_value_heads, c.linear_value_head_dim, c.linear_conv_kernel_dim);
+  fmt::print("attention    {} query heads, {} KV heads, head dim {}, rotary dim {}, rope theta {}, output gate {}\n",
+             c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rotary_dim, c.rope_theta,
+             c.attn_output_gate ? "yes" : "no");
+  int moe_layers = 0;
+  for (MlpKind k : c.mlp_kinds) moe_layers += k == MlpKind::kMoe;
+  if (moe_layers > 0)
+    fmt::print("experts      {} MoE layers: {} experts, top {}, width {}, shared expert width {}{}\n", moe_layers,
+               c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size,
+               c.norm_topk_prob ? ", renormalized" : "");
+  if (c.num_layers - moe_layers > 0)
+    fmt::print("dense mlp    {} layers, width {}\n", c.num_layers - moe_layers, c.intermediate_size);
+  if (c.fp8) fmt::print("quantization fp8 e4m3, blocks {}x{}\n", c.fp8->block_rows, c.fp8->block_cols);
+
+  fmt::print("\nparameters by kind (as stored)\n");
+  for (const auto& [kind, t] : kinds)
+    fmt::print("  {:<16} {:>16L} {:>14}\n", kind, t.params, human_bytes(t.bytes));
+  fmt::print("  {:<16} {:>16L}\n", "total", total_params);
+
+  // Decode state per sequence: the FP32 delta-rule state is read and written every step; the conv window too (FP32);
+  // the KV cache (BF16 on the GPU backend) is read for every cached token and written for the new one.
+  const int64_t gdn = c.num_layers_of(LayerKind::kGatedDeltaNet), attn = c.num_layers_of(LayerKind::kFullAttention);
+  const double state_bytes = 2.0 * static_cast<double>(gdn) *
+                             static_cast<double>(c.linear_num_value_heads * c.linear_key_head_dim *
+                                                     c.linear_value_head_dim +
+                                                 c.conv_dim() * (c.linear_conv_kernel_dim - 1)) *
+                             4.0;
+  const double kv_token_bytes = static_cast<double>(attn) * 2.0 *
+                                static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;
+  const double kv_bytes = kv_token_bytes * static_cast<double>(args.context + 1);
+  fmt::print("\nbytes one decode step moves at batch 1, context {}\n", args.context);
+  fmt::print("  {:<34} {:>14}\n", "weights (top-k experts, as stored)", human_bytes(step_weight_bytes));
+  fmt::print("  {:<34} {:>14}\n", "recurrent + conv state (fp32, r+w)", human_bytes(state_bytes));
+  fmt::print("  {:<34} {:>14}\n", "kv cache (bf16)", human_bytes(kv_bytes));
+  fmt::print("  {:<34} {:>14}\n", "total", human_bytes(step_weight_bytes + state_bytes + kv_bytes));
+}
+
+}  // namespace plumb::cli

@@ -1,0 +1,28 @@
+#include "cli/parse.h"
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace plumb::cli {
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const char* flag, int64_t vocab_size) {
+  std::vector<int32_t> ids;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(begin, end - begin);
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    PLUMB_CHECK(!item.empty() && ec == std::errc() && ptr == item.data() + item.size(),
+                "{}: '{}' is not a token id (expected comma-separated integers)", flag, item);
+    PLUMB_CHECK(value >= 0 && value < vocab_size, "{}: token id {} is out of range for vocabulary size {}", flag, value,
+                vocab_size);
+    ids.push_back(static_cast<int32_t>(value));
+    begin = end + 1;
+  }
+  return ids;
+}
+
+}  // namespace plumb::cli

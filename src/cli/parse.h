@@ -1,0 +1,13 @@
+// Parsing command-line values into checked types, with errors that name the flag and the value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace plumb::cli {
+
+// "5,17,2" → {5, 17, 2}. Every id must be an integer in [0, vocab_size).
+std::vector<int32_t> parse_token_ids(const std::string& text, const char* flag, int64_t vocab_size);
+
+}  // namespace plumb::cli

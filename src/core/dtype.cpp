@@ -1,0 +1,127 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace plumb {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kF8E4M3: return 1;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  PLUMB_FAIL("unknown dtype {}", static_cast<int>(dtype));
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+  }
+  return "?";
+}
+
+bool parse_dtype(std::string_view name, DType* out) {
+  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI32, DType::kI64};
+  for (DType d : kAll) {
+    if (dtype_name(d) == name) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
+  } else if (exponent == 31) {
+    value = mantissa ? std::nanf("") : INFINITY;
+  } else {
+    value = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  }
+  return sign ? -value : value;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  if (std::isnan(f)) return sign | 0x7e00u;
+  const float a = std::fabs(f);
+  if (a >= 65520.0f) return sign | 0x7c00u;  // rounds to infinity
+  if (a < std::ldexp(1.0f, -14)) {
+    // Subnormal range: value = m * 2^-24, m rounded to nearest even.
+    const float m = std::nearbyint(a * std::ldexp(1.0f, 24));
+    return sign | static_cast<uint16_t>(m);
+  }
+  int e;
+  std::frexp(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
+  const float scaled = std::nearbyint(std::ldexp(a, 11 - e));  // 11 significant bits, in [1024, 2048]
+  uint32_t mant = static_cast<uint32_t>(scaled);
+  int exp_field = e - 1 + 15;
+  if (mant == 2048u) {
+    mant = 1024u;
+    ++exp_field;
+  }
+  if (exp_field >= 31) return sign | 0x7c00u;
+  return sign | static_cast<uint16_t>((exp_field << 10) | (mant & 0x3ffu));
+}
+
+float fp8_e4m3_to_f32(uint8_t bits) {
+  const uint32_t sign = bits >> 7;
+  const uint32_t exponent = (bits >> 3) & 0xfu;
+  const uint32_t mantissa = bits & 0x7u;
+  float value;
+  if (exponent == 0xf && mantissa == 0x7) {
+    value = std::nanf("");
+  } else if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: m/8 * 2^-6
+  } else {
+    value = std::ldexp(static_cast<float>(mantissa | 0x8u), static_cast<int>(exponent) - 10);
+  }
+  return sign ? -value : value;
+}
+
+void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
+  if (n == 0) return;  // src and dst may be null for empty tensors
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(s[i]);
+      return;
+    }
+    case DType::kI32:
+    case DType::kI64:
+      break;
+  }
+  PLUMB_FAIL("cannot convert {} to F32", dtype_name(dtype));
+}
+
+}  // namespace plumb

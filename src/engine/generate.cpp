@@ -1,0 +1,41 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "loader/load_model.h"
+
+namespace plumb {
+
+Qwen3NextModel open_model(const std::string& model_dir, Backend& backend) {
+  LoadedModel loaded = load_model(model_dir, backend);
+  return Qwen3NextModel(std::move(loaded.config), std::move(loaded.weights), backend);
+}
+
+GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token) {
+  PLUMB_CHECK(!prompt.empty(), "the prompt is empty: generation needs at least one token");
+  PLUMB_CHECK(options.max_tokens >= 0, "max tokens must be >= 0, got {}", options.max_tokens);
+  const Sampler sampler(options.sampling);
+  const int64_t vocab = model.config().vocab_size;
+  SequenceState state = model.new_sequence(static_cast<int64_t>(prompt.size()) + options.max_tokens);
+  std::vector<int32_t> history = prompt;
+  GenerateResult result;
+  std::vector<int32_t> next_input = prompt;
+  for (int64_t step = 0; step < options.max_tokens; ++step) {
+    const Tensor logits = model.backend().download(model.forward(state, next_input, LogitsRows::kLast));  // [1, V]
+    const int32_t id = sampler.sample(logits.f32(), vocab, history, static_cast<uint64_t>(step));
+    if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) {
+      result.finish = FinishReason::kStop;
+      result.stop_token = id;
+      break;
+    }
+    result.tokens.push_back(id);
+    history.push_back(id);
+    if (on_token) on_token(id);
+    next_input = {id};
+  }
+  return result;
+}
+
+}  // namespace plumb

@@ -1,0 +1,36 @@
+// Generation for one sequence: a prefill of the prompt, then one decode step per new token, until a stop token or
+// the token limit.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/qwen3_next.h"
+
+namespace plumb {
+
+struct GenerateOptions {
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_ids;  // generation ends when one is drawn; it is not part of the output
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kLength, kStop };
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;          // generated ids, without the stop token
+  FinishReason finish = FinishReason::kLength;
+  std::optional<int32_t> stop_token;    // the stop token drawn, when finish is kStop
+};
+
+// Calls on_token(id) for each generated token as it is produced (not for the stop token).
+GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token = {});
+
+// Opens DIR as a model on `backend`.
+Qwen3NextModel open_model(const std::string& model_dir, Backend& backend);
+
+}  // namespace plumb

@@ -1,0 +1,89 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace plumb {
+
+double uniform_from_counter(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + counter + 0x632be59bd9b4e019ull;
+  for (int round = 0; round < 2; ++round) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+  }
+  return static_cast<double>(z >> 11) * 0x1.0p-53;  // 53 random bits
+}
+
+Sampler::Sampler(SamplingParams params) : params_(params) {
+  PLUMB_CHECK(std::isfinite(params_.temperature) && params_.temperature >= 0.0f,
+              "temperature must be a finite number >= 0, got {}", params_.temperature);
+  PLUMB_CHECK(params_.top_k >= 0, "top_k must be >= 0, got {}", params_.top_k);
+  PLUMB_CHECK(params_.top_p > 0.0f && params_.top_p <= 1.0f, "top_p must be in (0, 1], got {}", params_.top_p);
+  PLUMB_CHECK(params_.min_p >= 0.0f && params_.min_p <= 1.0f, "min_p must be in [0, 1], got {}", params_.min_p);
+  PLUMB_CHECK(params_.repetition_penalty > 0.0f && std::isfinite(params_.repetition_penalty),
+              "repetition_penalty must be a finite number > 0, got {}", params_.repetition_penalty);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history,
+                        uint64_t step) const {
+  std::vector<float> scores(logits, logits + vocab);
+  if (params_.repetition_penalty != 1.0f) {
+    // As transformers' RepetitionPenaltyLogitsProcessor: divide positive scores, multiply negative ones.
+    const std::unordered_set<int32_t> seen(history.begin(), history.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= vocab) continue;
+      float& s = scores[id];
+      s = s > 0 ? s / params_.repetition_penalty : s * params_.repetition_penalty;
+    }
+  }
+  if (params_.temperature == 0.0f)
+    return static_cast<int32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
+
+  // Candidates best first (ties to the lower id), then each filter keeps a prefix of them.
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  size_t keep = order.size();
+  if (params_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(params_.top_k));
+
+  // Softmax of the temperature-scaled scores over the kept candidates, in double.
+  std::vector<double> probs(keep);
+  const double top = scores[order[0]] / params_.temperature;
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(scores[order[i]] / params_.temperature - top);
+  for (double& p : probs) p /= total;
+
+  if (params_.top_p < 1.0f) {
+    // The smallest prefix whose mass reaches top_p (at least one token).
+    double mass = 0.0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += probs[n++];
+      if (mass >= params_.top_p) break;
+    }
+    keep = n;
+  }
+  if (params_.min_p > 0.0f) {
+    // Keep tokens whose probability is at least min_p times the best one's.
+    const double floor = params_.min_p * probs[0];
+    size_t n = 1;
+    while (n < keep && probs[n] >= floor) ++n;
+    keep = n;
+  }
+  double kept_mass = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept_mass += probs[i];
+  const double target = uniform_from_counter(params_.seed, step) * kept_mass;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (target < cumulative) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace plumb

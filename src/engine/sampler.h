@@ -1,0 +1,35 @@
+// Choosing the next token from logits: greedy, or sampled with temperature, top-k, top-p and min-p after an optional
+// repetition penalty. Randomness comes from a counter-based generator keyed by (seed, step), so a seed reproduces a
+// run exactly, on any machine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace plumb {
+
+struct SamplingParams {
+  float temperature = 0.0f;        // 0: greedy (argmax, ties to the lowest id)
+  int64_t top_k = 0;               // 0: off
+  float top_p = 1.0f;              // 1: off
+  float min_p = 0.0f;              // 0: off
+  float repetition_penalty = 1.0f;  // 1: off; >1 makes tokens already seen less likely (as in transformers)
+  uint64_t seed = 0;
+};
+
+// A uniform float in [0, 1) from (seed, counter): SplitMix64 finalizer over the pair.
+double uniform_from_counter(uint64_t seed, uint64_t counter);
+
+class Sampler {
+ public:
+  explicit Sampler(SamplingParams params);
+  // Picks a token from one row of logits [V]. `history` holds the prompt and the tokens generated so far (for the
+  // repetition penalty); `step` numbers the draw so a seeded run is reproducible.
+  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step) const;
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+};
+
+}  // namespace plumb

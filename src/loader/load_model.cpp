@@ -1,0 +1,109 @@
+#include "loader/load_model.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "loader/safetensors.h"
+#include "model/weight_table.h"
+
+namespace plumb {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Tensors a text forward pass does not use: the vision tower of the multimodal wrappers and the MTP head.
+bool is_ignored(const std::string& name, const ModelConfig& c) {
+  return starts_with(name, "mtp.") || starts_with(name, "model.visual.") ||
+         // A tied checkpoint may still carry a copy of the embedding as lm_head; tying means it is not used.
+         (c.tie_word_embeddings && name == "lm_head.weight");
+}
+
+std::string scale_name_of(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  PLUMB_CHECK(weight_name.size() > suffix.size() && weight_name.ends_with(suffix),
+              "FP8 tensor '{}' has no '.weight' name to find its weight_scale_inv by", weight_name);
+  return weight_name + "_scale_inv";
+}
+
+// The checkpoint tensor for one slot as a host tensor: dtype checked, FP8 dequantized, parameters in F32.
+Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const WeightSlot& slot,
+                 std::set<std::string>& used) {
+  const TensorInfo& info = files.info(slot.name);
+  used.insert(slot.name);
+  PLUMB_CHECK(info.shape == slot.shape, "tensor '{}' in {} has shape {}, expected {}", slot.name, info.file,
+              shape_str(info.shape), shape_str(slot.shape));
+  Tensor t = files.tensor(slot.name);
+  switch (info.dtype) {
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16:
+      break;
+    case DType::kF8E4M3: {
+      PLUMB_CHECK(slot.role == WeightRole::kProjection && slot.shape.size() == 2,
+                  "tensor '{}' in {} is F8_E4M3, but plumb reads FP8 only for 2-D projections", slot.name, info.file);
+      PLUMB_CHECK(c.fp8.has_value(), "tensor '{}' in {} is F8_E4M3, but config.json has no fp8 quantization_config",
+                  slot.name, info.file);
+      const std::string scale = scale_name_of(slot.name);
+      PLUMB_CHECK(files.contains(scale), "FP8 tensor '{}' in {} has no '{}'", slot.name, info.file, scale);
+      used.insert(scale);
+      t = dequantize_fp8_blocks(t, files.tensor(scale), c.fp8->block_rows, c.fp8->block_cols, slot.name);
+      break;
+    }
+    default:
+      PLUMB_FAIL("tensor '{}' in {} has dtype {}; expected F32, BF16, F16 or F8_E4M3", slot.name, info.file,
+                 dtype_name(info.dtype));
+  }
+  if (slot.role == WeightRole::kParameter && t.dtype() != DType::kF32) {
+    Tensor f = Tensor::zeros(DType::kF32, t.shape());
+    convert_to_f32(t.dtype(), t.data(), f.f32(), static_cast<size_t>(t.numel()));
+    t = f;
+  }
+  return t;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& model_dir, Backend& backend) {
+  LoadedModel m{load_model_config(model_dir), {}};
+  const ModelConfig& c = m.config;
+  const CheckpointFiles files = CheckpointFiles::open(model_dir);
+  const std::vector<WeightSlot> table =
+      build_weight_table(c, m.weights, [&](const std::string& name) { return files.contains(name); });
+
+  std::set<std::string> used;
+  for (const WeightSlot& slot : table) {
+    PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}' (expected shape {} for a {} model)",
+                files.source(), slot.name, shape_str(slot.shape), c.model_type);
+    Tensor host = read_slot(files, c, slot, used);
+    switch (slot.transform) {
+      case WeightTransform::kNone:
+        *slot.targets[0] = backend.upload(host);
+        break;
+      case WeightTransform::kConvKernel:
+        *slot.targets[0] = backend.upload(host.reshape({slot.shape[0], slot.shape[2]}));
+        break;
+      case WeightTransform::kQwen3NextQkvz: {
+        const Tensor permuted = permute_qwen3_next_qkvz(host, c);
+        *slot.targets[0] = backend.upload(permuted.rows(0, c.conv_dim()));
+        *slot.targets[1] = backend.upload(permuted.rows(c.conv_dim(), c.conv_dim() + c.value_dim()));
+        break;
+      }
+      case WeightTransform::kQwen3NextBa: {
+        const Tensor permuted = permute_qwen3_next_ba(host, c);
+        const int64_t nv = c.linear_num_value_heads;
+        *slot.targets[0] = backend.upload(permuted.rows(0, nv));
+        *slot.targets[1] = backend.upload(permuted.rows(nv, 2 * nv));
+        break;
+      }
+    }
+  }
+  for (const std::string& name : files.names()) {
+    if (used.count(name) || is_ignored(name, c)) continue;
+    PLUMB_FAIL("unexpected tensor '{}' in {}: a {} model with this config.json has no such weight", name,
+               files.info(name).file, c.model_type);
+  }
+  finish_weights(c, m.weights);
+  return m;
+}
+
+}  // namespace plumb

@@ -1,0 +1,56 @@
+// Checkpoint tensors from safetensors files, memory-mapped: one model.safetensors, or shards listed in
+// model.safetensors.index.json. Every header is validated against its file before any tensor is handed out; a bad
+// file fails with a plumb::Error naming the file and the tensor or field at fault.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace plumb {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::string file;  // path of the .safetensors file that holds it
+};
+
+class CheckpointFiles {
+ public:
+  // Opens DIR/model.safetensors.index.json if present, else DIR/model.safetensors.
+  static CheckpointFiles open(const std::string& model_dir);
+  // Opens one .safetensors file.
+  static CheckpointFiles open_file(const std::string& path);
+
+  bool contains(const std::string& name) const;
+  // Fails naming the tensor and the folder when absent.
+  const TensorInfo& info(const std::string& name) const;
+  // All tensor names, sorted.
+  std::vector<std::string> names() const;
+  // A host tensor over the mapped bytes (copied only when the file leaves it misaligned for its dtype); the returned
+  // tensor keeps the mapping alive.
+  Tensor tensor(const std::string& name) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  struct Entry {
+    TensorInfo info;
+    std::shared_ptr<void> mapping;  // keeps the file mapped
+    const unsigned char* data = nullptr;
+    size_t nbytes = 0;
+  };
+  std::string source_;  // the folder or file, for messages
+  std::map<std::string, Entry> entries_;
+};
+
+// Dequantizes a fine-grained FP8 weight: W[n, k] = float(Wq[n, k]) * scale_inv[n / block_rows, k / block_cols].
+// weight: F8_E4M3 [N, K]; scale_inv: F32, BF16 or F16 [ceil(N / block_rows), ceil(K / block_cols)]. Returns F32 [N, K].
+// `name` names the weight in error messages.
+Tensor dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
+                             const std::string& name);
+
+}  // namespace plumb

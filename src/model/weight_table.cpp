@@ -1,0 +1,172 @@
+#include "model/weight_table.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace plumb {
+namespace {
+
+// Copies source rows into a new host tensor in the order `row_order` lists them.
+Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order) {
+  Tensor out = Tensor::zeros(from.dtype(), from.shape());
+  const size_t row_bytes = from.nbytes() / static_cast<size_t>(from.dim(0));
+  for (size_t r = 0; r < row_order.size(); ++r)
+    std::memcpy(static_cast<char*>(out.data()) + r * row_bytes,
+                static_cast<const char*>(from.data()) + static_cast<size_t>(row_order[r]) * row_bytes, row_bytes);
+  return out;
+}
+
+void append_range(std::vector<int64_t>& rows, int64_t begin, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) rows.push_back(begin + i);
+}
+
+class TableBuilder {
+ public:
+  TableBuilder(const ModelConfig& c, std::vector<WeightSlot>& slots) : c_(c), slots_(slots) {}
+
+  void add(std::string name, Shape shape, Tensor* target, WeightRole role = WeightRole::kProjection,
+           WeightTransform transform = WeightTransform::kNone, Tensor* second = nullptr) {
+    WeightSlot slot{std::move(name), std::move(shape), role, transform, {target}};
+    if (second) slot.targets.push_back(second);
+    slots_.push_back(std::move(slot));
+  }
+  void vector(std::string name, int64_t n, Tensor* target) { add(std::move(name), {n}, target, WeightRole::kParameter); }
+  void mlp(const std::string& p, int64_t width, MlpWeights& w) {
+    add(p + "gate_proj.weight", {width, c_.hidden_size}, &w.gate_proj);
+    add(p + "up_proj.weight", {width, c_.hidden_size}, &w.up_proj);
+    add(p + "down_proj.weight", {c_.hidden_size, width}, &w.down_proj);
+  }
+
+ private:
+  const ModelConfig& c_;
+  std::vector<WeightSlot>& slots_;
+};
+
+void add_gdn(TableBuilder& b, const ModelConfig& c, const std::string& p, GdnWeights& w) {
+  const int64_t H = c.hidden_size, nv = c.linear_num_value_heads;
+  if (c.family == ModelFamily::kQwen3Next) {
+    b.add(p + "in_proj_qkvz.weight", {c.conv_dim() + c.value_dim(), H}, &w.in_proj_qkv, WeightRole::kProjection,
+          WeightTransform::kQwen3NextQkvz, &w.in_proj_z);
+    b.add(p + "in_proj_ba.weight", {2 * nv, H}, &w.in_proj_b, WeightRole::kProjection, WeightTransform::kQwen3NextBa,
+          &w.in_proj_a);
+  } else {
+    b.add(p + "in_proj_qkv.weight", {c.conv_dim(), H}, &w.in_proj_qkv);
+    b.add(p + "in_proj_z.weight", {c.value_dim(), H}, &w.in_proj_z);
+    b.add(p + "in_proj_b.weight", {nv, H}, &w.in_proj_b);
+    b.add(p + "in_proj_a.weight", {nv, H}, &w.in_proj_a);
+  }
+  b.add(p + "conv1d.weight", {c.conv_dim(), 1, c.linear_conv_kernel_dim}, &w.conv1d, WeightRole::kParameter,
+        WeightTransform::kConvKernel);
+  b.vector(p + "A_log", nv, &w.A_log);
+  b.vector(p + "dt_bias", nv, &w.dt_bias);
+  b.vector(p + "norm.weight", c.linear_value_head_dim, &w.norm);
+  b.add(p + "out_proj.weight", {H, c.value_dim()}, &w.out_proj);
+}
+
+void add_attention(TableBuilder& b, const ModelConfig& c, const std::string& p, AttentionWeights& w) {
+  const int64_t H = c.hidden_size, d = c.head_dim;
+  b.add(p + "q_proj.weight", {c.num_attention_heads * d * (c.attn_output_gate ? 2 : 1), H}, &w.q_proj);
+  b.add(p + "k_proj.weight", {c.num_key_value_heads * d, H}, &w.k_proj);
+  b.add(p + "v_proj.weight", {c.num_key_value_heads * d, H}, &w.v_proj);
+  b.add(p + "o_proj.weight", {H, c.num_attention_heads * d}, &w.o_proj);
+  b.vector(p + "q_norm.weight", d, &w.q_norm);
+  b.vector(p + "k_norm.weight", d, &w.k_norm);
+}
+
+void add_moe(TableBuilder& b, const ModelConfig& c, const std::string& p, MoeWeights& w,
+             const std::function<bool(const std::string&)>& contains) {
+  const int64_t H = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  b.add(p + "gate.weight", {E, H}, &w.router);
+  const std::string experts = p + "experts.";
+  if (contains(experts + "gate_up_proj")) {
+    // Fused 3-D layout: gate_up_proj [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up) and down_proj [E, H, I].
+    w.storage.resize(2);
+    b.add(experts + "gate_up_proj", {E, 2 * I, H}, &w.storage[0]);
+    b.add(experts + "down_proj", {E, H, I}, &w.storage[1]);
+  } else {
+    w.experts.gate_proj.resize(E);
+    w.experts.up_proj.resize(E);
+    w.experts.down_proj.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string q = experts + std::to_string(e) + ".";
+      b.add(q + "gate_proj.weight", {I, H}, &w.experts.gate_proj[e]);
+      b.add(q + "up_proj.weight", {I, H}, &w.experts.up_proj[e]);
+      b.add(q + "down_proj.weight", {H, I}, &w.experts.down_proj[e]);
+    }
+  }
+  w.has_shared_expert = c.shared_expert_intermediate_size > 0;
+  if (w.has_shared_expert) {
+    b.mlp(p + "shared_expert.", c.shared_expert_intermediate_size, w.shared_expert);
+    b.add(p + "shared_expert_gate.weight", {1, H}, &w.shared_expert_gate);
+  }
+}
+
+}  // namespace
+
+std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w,
+                                           const std::function<bool(const std::string&)>& contains) {
+  std::vector<WeightSlot> slots;
+  TableBuilder b(c, slots);
+  const std::string& p = c.tensor_prefix;
+  b.add(p + "embed_tokens.weight", {c.vocab_size, c.hidden_size}, &w.embed_tokens);
+  b.vector(p + "norm.weight", c.hidden_size, &w.final_norm);
+  if (!c.tie_word_embeddings) b.add("lm_head.weight", {c.vocab_size, c.hidden_size}, &w.lm_head);
+  w.layers.assign(c.num_layers, LayerWeights{});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights& layer = w.layers[i];
+    layer.kind = c.layer_types[i];
+    layer.mlp_kind = c.mlp_kinds[i];
+    const std::string lp = p + "layers." + std::to_string(i) + ".";
+    b.vector(lp + "input_layernorm.weight", c.hidden_size, &layer.input_norm);
+    b.vector(lp + "post_attention_layernorm.weight", c.hidden_size, &layer.post_attn_norm);
+    if (layer.kind == LayerKind::kGatedDeltaNet) add_gdn(b, c, lp + "linear_attn.", layer.gdn);
+    else add_attention(b, c, lp + "self_attn.", layer.attn);
+    if (layer.mlp_kind == MlpKind::kMoe) add_moe(b, c, lp + "mlp.", layer.moe, contains);
+    else b.mlp(lp + "mlp.", c.intermediate_size, layer.mlp);
+  }
+  return slots;
+}
+
+void finish_weights(const ModelConfig& c, ModelWeights& w) {
+  if (c.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+  for (LayerWeights& layer : w.layers) {
+    MoeWeights& moe = layer.moe;
+    if (layer.mlp_kind != MlpKind::kMoe || moe.storage.empty()) continue;
+    moe.experts.gate_proj.resize(E);
+    moe.experts.up_proj.resize(E);
+    moe.experts.down_proj.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const Tensor gate_up = moe.storage[0].rows(e, e + 1).reshape({2 * I, H});
+      moe.experts.gate_proj[e] = gate_up.rows(0, I);
+      moe.experts.up_proj[e] = gate_up.rows(I, 2 * I);
+      moe.experts.down_proj[e] = moe.storage[1].rows(e, e + 1).reshape({H, I});
+    }
+  }
+}
+
+Tensor permute_qwen3_next_qkvz(const Tensor& from, const ModelConfig& c) {
+  const int64_t nk = c.linear_num_key_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  const int64_t rho = c.value_heads_per_key_head(), group = 2 * dk + 2 * rho * dv;
+  std::vector<int64_t> rows;
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group, dk);                          // q of key head g
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + dk, dk);                     // k of key head g
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + 2 * dk, rho * dv);           // v of its value heads
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + 2 * dk + rho * dv, rho * dv);  // z likewise
+  PLUMB_CHECK(static_cast<int64_t>(rows.size()) == from.dim(0), "in_proj_qkvz: {} rows, expected {}", from.dim(0),
+              rows.size());
+  return gather_rows(from, rows);
+}
+
+Tensor permute_qwen3_next_ba(const Tensor& from, const ModelConfig& c) {
+  const int64_t nk = c.linear_num_key_heads, rho = c.value_heads_per_key_head();
+  std::vector<int64_t> rows;
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * 2 * rho, rho);        // b of key head g's value heads
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * 2 * rho + rho, rho);  // a likewise
+  PLUMB_CHECK(static_cast<int64_t>(rows.size()) == from.dim(0), "in_proj_ba: {} rows, expected {}", from.dim(0),
+              rows.size());
+  return gather_rows(from, rows);
+}
+
+}  // namespace plumb

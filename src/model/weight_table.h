@@ -1,0 +1,52 @@
+// The declarative map from checkpoint tensor names to ModelWeights slots: for a given config, every tensor the
+// checkpoint must hold, its expected shape, and where it goes. The loader walks this table; any checkpoint tensor it
+// does not name (other than the ignored multimodal and MTP parts) is refused.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace plumb {
+
+enum class WeightRole {
+  kProjection,  // a 2-D matrix used by linear(): kept in its stored dtype (FP8 is dequantized)
+  kParameter,   // a small vector or kernel: converted to F32
+};
+
+// Rearrangements applied to a checkpoint tensor before it reaches its slot(s).
+enum class WeightTransform {
+  kNone,
+  kConvKernel,          // [C, 1, K] → [C, K]
+  kQwen3NextQkvz,       // group-interleaved in_proj_qkvz → rows [q | k | v] and [z]: targets {qkv, z}
+  kQwen3NextBa,         // group-interleaved in_proj_ba → rows [b] and [a]: targets {b, a}
+};
+
+struct WeightSlot {
+  std::string name;  // full checkpoint name, prefix included
+  Shape shape;       // expected checkpoint shape
+  WeightRole role = WeightRole::kProjection;
+  WeightTransform transform = WeightTransform::kNone;
+  std::vector<Tensor*> targets;  // one, or two for the split transforms
+};
+
+// Every tensor a checkpoint of this config must hold. `contains` tells whether the checkpoint has a name; it
+// decides each MoE layer's expert layout (fused 3-D gate_up_proj / down_proj, or per expert).
+// Fills weights.layers' kinds and reserves the slots the table points into; call finish_expert_views afterwards.
+std::vector<WeightSlot> build_weight_table(const ModelConfig& config, ModelWeights& weights,
+                                           const std::function<bool(const std::string&)>& contains);
+
+// Once the table's targets are loaded: builds each MoE layer's per-expert views from fused storage where the
+// checkpoint was fused, and points lm_head at the embedding when tied.
+void finish_weights(const ModelConfig& config, ModelWeights& weights);
+
+// Qwen3-Next's in_proj_qkvz rows regrouped from per-key-head groups [q_g | k_g | v_g… | z_g…] to
+// [all q | all k | all v | all z]; `from` and the result are [2·nk·dk + 2·nv·dv, H] host tensors of any dtype.
+Tensor permute_qwen3_next_qkvz(const Tensor& from, const ModelConfig& config);
+// Qwen3-Next's in_proj_ba rows regrouped from per-key-head groups [b… | a…] to [all b | all a]: [2·nv, H].
+Tensor permute_qwen3_next_ba(const Tensor& from, const ModelConfig& config);
+
+}  // namespace plumb

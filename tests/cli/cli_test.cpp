@@ -1,0 +1,121 @@
+// The plumb executable end to end: its outputs, and one clear line on stderr with a non-zero exit for bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/npy.h"
+#include "support/fixtures.h"
+#include "support/synthetic_model.h"
+
+namespace plumb {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs plumb with `args` (a shell-quoted string), capturing stdout and stderr.
+Outcome plumb(const std::string& args, const std::string& scratch) {
+  const std::string err_file = scratch + "/stderr.txt";
+  const std::string command = std::string(PLUMB_BINARY) + " " + args + " 2>" + err_file;
+  Outcome r;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::scratch_dir(std::string("cli-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    model_ = dir_ + "/model";
+    test::write_model_folder(model_, test::small_qwen3_next_config(),
+                             test::synthetic_tensors(test::small_qwen3_next_config(), 9));
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  Outcome run(const std::string& args) { return plumb(args, dir_); }
+  // A failure is one line on stderr, "plumb: error: ...", and exit status 1.
+  void expect_clean_failure(const Outcome& r, const std::string& message) {
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message));
+    EXPECT_THAT(r.err, MatchesRegex("plumb: error: [^\n]*\n"));
+  }
+  std::string dir_, model_;
+};
+
+TEST_F(Cli, LogitsWritesTheNpyOfOnePrefill) {
+  const Outcome r = run("logits --model " + model_ + " --ids 5,17,2,49 --out " + dir_ + "/l.npy");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const NpyArray logits = read_npy_f32(dir_ + "/l.npy");
+  EXPECT_EQ(logits.shape, (Shape{4, 50}));
+  for (float v : logits.values) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_F(Cli, LogitsHashIsStableAcrossRuns) {
+  const Outcome a = run("logits --model " + model_ + " --ids 1,2,3 --hash");
+  const Outcome b = run("logits --model " + model_ + " --ids 1,2,3 --hash");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_THAT(a.out, HasSubstr("logits "));
+  EXPECT_THAT(a.out, HasSubstr("layer0.recurrent "));
+  EXPECT_THAT(a.out, HasSubstr("layer2.k "));
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST_F(Cli, GeneratePrintsIdsAndIsReproducible) {
+  const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids";
+  const Outcome greedy = run(args);
+  ASSERT_EQ(greedy.status, 0) << greedy.err;
+  EXPECT_THAT(greedy.out, MatchesRegex("[0-9]+( [0-9]+){5}\n"));
+  const Outcome sampled_a = run(args + " --temperature 0.8 --top-p 0.9 --top-k 20 --seed 5");
+  const Outcome sampled_b = run(args + " --temperature 0.8 --top-p 0.9 --top-k 20 --seed 5");
+  ASSERT_EQ(sampled_a.status, 0) << sampled_a.err;
+  EXPECT_EQ(sampled_a.out, sampled_b.out);
+}
+
+TEST_F(Cli, GenerateStopsAtAStopId) {
+  const Outcome greedy = run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids");
+  ASSERT_EQ(greedy.status, 0);
+  const std::string first = greedy.out.substr(0, greedy.out.find_first_of(" \n"));
+  const Outcome stopped = run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids --stop-ids " + first);
+  EXPECT_EQ(stopped.out, "\n");
+}
+
+TEST_F(Cli, InspectSummarizes) {
+  const Outcome r = run("inspect --model " + model_ + " --context 100");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("2 gated deltanet (G), 1 full attention (A): GGA"));
+  EXPECT_THAT(r.out, HasSubstr("routed_experts"));
+  EXPECT_THAT(r.out, HasSubstr("bytes one decode step moves at batch 1, context 100"));
+}
+
+TEST_F(Cli, BadInputFailsWithOneLine) {
+  expect_clean_failure(run("logits --model " + model_ + " --ids 5,50 --out " + dir_ + "/x.npy"),
+                       "--ids: token id 50 is out of range for vocabulary size 50");
+  expect_clean_failure(run("logits --model " + model_ + " --ids 5,x --out " + dir_ + "/x.npy"),
+                       "--ids: 'x' is not a token id");
+  expect_clean_failure(run("logits --model " + dir_ + "/nowhere --ids 1 --out " + dir_ + "/x.npy"),
+                       dir_ + "/nowhere/config.json");
+  expect_clean_failure(run("generate --model " + model_ + " --ids 1 --temperature -2"),
+                       "temperature must be a finite number >= 0");
+  expect_clean_failure(run("generate --model " + model_ + " --ids 1 --device cuda"), "--device cuda");
+  std::filesystem::resize_file(model_ + "/model.safetensors", 20);
+  expect_clean_failure(run("logits --model " + model_ + " --ids 1 --out " + dir_ + "/x.npy"), "model.safetensors");
+}
+
+}  // namespace
+}  // namespace plumb

@@ -1,0 +1,217 @@
+// Tests for core: BF16/F16 conversions (exhaustive round trips and round-to-nearest-even at every midpoint), dtype
+// names, .npy round trips, parallel_for coverage and exception propagation, and FNV-1a against published values.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/npy.h"
+#include "core/parallel.h"
+#include "support/fixtures.h"
+
+namespace plumb {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(DTypeTest, NamesRoundTrip) {
+  for (const DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI32, DType::kI64}) {
+    DType parsed;
+    ASSERT_TRUE(parse_dtype(dtype_name(d), &parsed)) << dtype_name(d);
+    EXPECT_EQ(parsed, d);
+  }
+  DType parsed;
+  EXPECT_FALSE(parse_dtype("F8_E5M2", &parsed));
+  EXPECT_FALSE(parse_dtype("f32", &parsed));
+  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
+  EXPECT_EQ(dtype_size(DType::kI64), 8u);
+  int32_t i = 1;
+  float f;
+  EXPECT_THROW(convert_to_f32(DType::kI32, &i, &f, 1), Error);
+}
+
+TEST(Bf16Test, EveryValueRoundTrips) {
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const float f = bf16_to_f32(static_cast<uint16_t>(bits));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(f)))) << bits;
+    } else {
+      EXPECT_EQ(f32_to_bf16(f), bits) << bits;
+    }
+  }
+}
+
+TEST(Bf16Test, MidpointsRoundToEven) {
+  // A BF16 value is the top half of an F32, so 0x8000 in the low half is exactly halfway to the next one.
+  for (uint32_t hi = 0; hi < 0x7f80; ++hi) {
+    for (const uint32_t sign : {0u, 0x8000u}) {
+      const uint32_t base = (hi | sign) << 16;
+      const uint16_t even = static_cast<uint16_t>((hi & 1u ? hi + 1 : hi) | sign);
+      ASSERT_EQ(f32_to_bf16(from_bits(base | 0x8000u)), even) << hi;
+      ASSERT_EQ(f32_to_bf16(from_bits(base | 0x7fffu)), hi | sign) << hi;
+      ASSERT_EQ(f32_to_bf16(from_bits(base | 0x8001u)), (hi + 1) | sign) << hi;
+    }
+  }
+}
+
+TEST(Bf16Test, SpecialValues) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // tie, down to even
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie, up to even
+  EXPECT_EQ(f32_to_bf16(-0.0f), 0x8000);
+  EXPECT_EQ(f32_to_bf16(INFINITY), 0x7f80);
+  EXPECT_EQ(f32_to_bf16(-INFINITY), 0xff80);
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);         // rounds up to infinity
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::denorm_min()), 0x0000);  // below half of 0x0001
+  EXPECT_EQ(f32_to_bf16(from_bits(0x00010000u)), 0x0001);                    // smallest subnormal
+  // A NaN whose payload lives only in the low half must not truncate to infinity.
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(from_bits(0x7f800001u)))));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(from_bits(0xff800001u)))));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
+}
+
+TEST(F16Test, EveryValueRoundTrips) {
+  int nans = 0;
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const float f = f16_to_f32(static_cast<uint16_t>(bits));
+    if (std::isnan(f)) {
+      ++nans;
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f)))) << bits;
+    } else {
+      EXPECT_EQ(f32_to_f16(f), bits) << bits;
+    }
+  }
+  EXPECT_EQ(nans, 2 * 1023);
+}
+
+TEST(F16Test, MidpointsRoundToEven) {
+  // Adjacent halves differ in the 11th significant bit, so their midpoint, and the floats either side of it, are
+  // exact in F32. Above the largest finite half (65504) the next step is 65536, which rounds to infinity.
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const double lo = f16_to_f32(static_cast<uint16_t>(h));
+    const double hi = h + 1 == 0x7c00 ? 65536.0 : f16_to_f32(static_cast<uint16_t>(h + 1));
+    const auto mid = static_cast<float>((lo + hi) / 2);
+    ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2) << h;
+    const uint16_t even = static_cast<uint16_t>(h & 1u ? h + 1 : h);
+    for (const uint16_t sign : {uint16_t{0}, uint16_t{0x8000}}) {
+      const float s = sign ? -1.0f : 1.0f;
+      ASSERT_EQ(f32_to_f16(s * mid), even | sign) << h;
+      ASSERT_EQ(f32_to_f16(s * std::nextafter(mid, 0.0f)), h | sign) << h;
+      ASSERT_EQ(f32_to_f16(s * std::nextafter(mid, INFINITY)), (h + 1) | sign) << h;
+    }
+  }
+}
+
+TEST(F16Test, SpecialValues) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie, down to even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie, up to even
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(65519.99f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);
+  EXPECT_EQ(f32_to_f16(1e10f), 0x7c00);
+  EXPECT_EQ(f32_to_f16(-std::numeric_limits<float>::max()), 0xfc00);
+  EXPECT_EQ(f32_to_f16(INFINITY), 0x7c00);
+  EXPECT_EQ(f32_to_f16(-INFINITY), 0xfc00);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);                          // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);                          // tie, down to zero
+  EXPECT_EQ(f32_to_f16(3 * std::ldexp(1.0f, -25)), 0x0002);                      // tie, up to even
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)), 0x0400);  // largest subnormal rounds up
+  EXPECT_EQ(f32_to_f16(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(f32_to_f16(-1e-30f), 0x8000);
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(from_bits(0x7f800001u)))));
+  EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+}
+
+TEST(NpyTest, RoundTrips) {
+  const std::string dir = test::scratch_dir("npy");
+  for (const Shape& shape : {Shape{2, 3}, Shape{5}, Shape{}, Shape{1, 0}, Shape{2, 1, 3, 1}}) {
+    SCOPED_TRACE(shape_str(shape));
+    std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * -1.25f + 0.1f;
+    const std::string path = dir + "/a.npy";
+    write_npy_f32(path, values.data(), shape);
+    const NpyArray read = read_npy_f32(path);
+    EXPECT_EQ(read.shape, shape);
+    EXPECT_EQ(read.values, values);
+  }
+}
+
+TEST(NpyTest, BadFilesFailNamingTheFile) {
+  const std::string dir = test::scratch_dir("npy-bad");
+  const std::string missing = dir + "/missing.npy";
+  EXPECT_THAT([&] { read_npy_f32(missing); }, ThrowsMessage<Error>(HasSubstr(missing)));
+  const std::string text = dir + "/text.npy";
+  std::ofstream(text) << "not an npy file";
+  EXPECT_THAT([&] { read_npy_f32(text); }, ThrowsMessage<Error>(AllOf(HasSubstr(text), HasSubstr(".npy"))));
+  const std::string cut = dir + "/cut.npy";
+  const std::vector<float> values(16, 1.0f);
+  write_npy_f32(cut, values.data(), {16});
+  std::filesystem::resize_file(cut, std::filesystem::file_size(cut) - 4);
+  EXPECT_THAT([&] { read_npy_f32(cut); }, ThrowsMessage<Error>(AllOf(HasSubstr(cut), HasSubstr("truncated"))));
+}
+
+TEST(ParallelForTest, CoversEveryIndexExactlyOnce) {
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}}) {
+    for (const int64_t grain : {int64_t{1}, int64_t{3}, int64_t{64}}) {
+      SCOPED_TRACE(fmt::format("n={} grain={}", n, grain));
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> bad_ranges{0};
+      parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+        if (!(0 <= begin && begin < end && end <= n)) ++bad_ranges;
+        for (int64_t i = begin; i < end && 0 <= i && i < n; ++i) ++hits[static_cast<size_t>(i)];
+      });
+      EXPECT_EQ(bad_ranges.load(), 0);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+    }
+  }
+}
+
+TEST(ParallelForTest, PropagatesExceptions) {
+  // The first index lands on the calling thread, the last on a worker when there is more than one thread.
+  for (const int64_t bad : {int64_t{0}, int64_t{500}, int64_t{999}}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(
+        [&] {
+          parallel_for(1000, 1, [&](int64_t begin, int64_t end) {
+            PLUMB_CHECK(!(begin <= bad && bad < end), "index {} failed", bad);
+          });
+        },
+        ThrowsMessage<Error>(HasSubstr(fmt::format("index {} failed", bad))));
+  }
+  // The pool is still usable after a failed job.
+  std::atomic<int64_t> sum{0};
+  parallel_for(100, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) sum += i;
+  });
+  EXPECT_EQ(sum.load(), 4950);
+}
+
+TEST(HashTest, Fnv1a64MatchesPublishedValues) {
+  EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+  // Hashing in pieces continues from the running value.
+  EXPECT_EQ(fnv1a64("bar", 3, fnv1a64("foo", 3)), fnv1a64("foobar", 6));
+}
+
+}  // namespace
+}  // namespace plumb

@@ -1,0 +1,86 @@
+// Token selection: greedy, each filter, the repetition penalty, seeded reproducibility and the sampled distribution.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+
+namespace plumb {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.5f, -1.0f, 3.0f, 0.0f};
+
+TEST(Sampler, GreedyTakesTheLowestIdAmongTheBest) {
+  const Sampler greedy(SamplingParams{});
+  EXPECT_EQ(greedy.sample(kLogits.data(), 6, {}, 0), 1);
+}
+
+TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
+  for (uint64_t step = 0; step < 50; ++step) {
+    EXPECT_EQ(Sampler({.temperature = 1.0f, .top_k = 1}).sample(kLogits.data(), 6, {}, step), 1);
+    EXPECT_EQ(Sampler({.temperature = 1.0f, .top_p = 1e-6f}).sample(kLogits.data(), 6, {}, step), 1);
+  }
+}
+
+TEST(Sampler, SeedReproducesAndStepsDiffer) {
+  const SamplingParams p{.temperature = 2.0f, .seed = 42};
+  std::vector<int32_t> a, b, c;
+  for (uint64_t step = 0; step < 64; ++step) {
+    a.push_back(Sampler(p).sample(kLogits.data(), 6, {}, step));
+    b.push_back(Sampler(p).sample(kLogits.data(), 6, {}, step));
+    c.push_back(Sampler({.temperature = 2.0f, .seed = 43}).sample(kLogits.data(), 6, {}, step));
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Sampler, FrequenciesFollowTheTemperedSoftmax) {
+  const SamplingParams p{.temperature = 1.5f, .seed = 7};
+  const int draws = 20000;
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < draws; ++i) ++counts[Sampler(p).sample(kLogits.data(), 6, {}, static_cast<uint64_t>(i))];
+  double total = 0;
+  for (float l : kLogits) total += std::exp(l / 1.5);
+  for (int32_t id = 0; id < 6; ++id) {
+    const double expected = std::exp(kLogits[id] / 1.5) / total;
+    const double sigma = std::sqrt(expected * (1 - expected) / draws);
+    // Five standard deviations: a correct sampler fails this about once in two million runs.
+    EXPECT_TRUE(std::fabs(counts[id] / static_cast<double>(draws) - expected) <= 5 * sigma + 1e-9) << id;
+  }
+}
+
+TEST(Sampler, TopKTopPAndMinPRestrictTheCandidates) {
+  for (uint64_t step = 0; step < 200; ++step) {
+    const int32_t k2 = Sampler({.temperature = 5.0f, .top_k = 2, .seed = 1}).sample(kLogits.data(), 6, {}, step);
+    EXPECT_TRUE(k2 == 1 || k2 == 4) << k2;
+    // p(1) = p(4) ≈ 0.33 each and p(2) ≈ 0.2 at temperature 1: top-p 0.6 keeps exactly the two best.
+    const int32_t p = Sampler({.temperature = 1.0f, .top_p = 0.6f, .seed = 2}).sample(kLogits.data(), 6, {}, step);
+    EXPECT_TRUE(p == 1 || p == 4) << p;
+    // min-p 0.5 keeps tokens with p >= p_max / 2: ids 1, 4 and 2 (e^-0.5 ≈ 0.61 of the best).
+    const int32_t m = Sampler({.temperature = 1.0f, .min_p = 0.5f, .seed = 3}).sample(kLogits.data(), 6, {}, step);
+    EXPECT_TRUE(m == 1 || m == 4 || m == 2) << m;
+  }
+}
+
+TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
+  const Sampler penalized({.repetition_penalty = 2.0f});
+  EXPECT_EQ(penalized.sample(kLogits.data(), 6, {1, 4}, 0), 2);  // 3.0 → 1.5 for both seen tokens
+  const std::vector<float> negative = {-1.0f, -0.6f};
+  EXPECT_EQ(penalized.sample(negative.data(), 2, {0}, 0), 1);
+  EXPECT_EQ(penalized.sample(negative.data(), 2, {1}, 0), 0);  // -0.6 → -1.2
+}
+
+TEST(Sampler, RefusesInvalidParameters) {
+  EXPECT_THROW(Sampler({.temperature = -1.0f}), Error);
+  EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
+  EXPECT_THROW(Sampler({.top_p = 1.5f}), Error);
+  EXPECT_THROW(Sampler({.min_p = 2.0f}), Error);
+  EXPECT_THROW(Sampler({.top_k = -3}), Error);
+  EXPECT_THROW(Sampler({.repetition_penalty = 0.0f}), Error);
+  EXPECT_THROW(Sampler({.temperature = NAN}), Error);
+}
+
+}  // namespace
+}  // namespace plumb

@@ -1,0 +1,186 @@
+// The CPU reference ops against plain double-precision transcriptions of their formulas, on awkward sizes.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "support/random.h"
+
+namespace plumb {
+namespace {
+
+class CpuOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+  std::string trace() const { return "seed " + std::to_string(seed_); }
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  CpuBackend be_;
+};
+
+TEST_F(CpuOps, LinearMatchesDoubleForEveryWeightDtype) {
+  SCOPED_TRACE(trace());
+  for (int64_t T : {1, 3, 65}) {
+    const int64_t K = 37, N = 19;
+    const Tensor x = test::random_tensor(rng_, {T, K}), w32 = test::random_tensor(rng_, {N, K});
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      // The weight as stored in `dtype`, and the values that storage represents.
+      Tensor w = Tensor::zeros(dtype, {N, K});
+      std::vector<float> represented(N * K);
+      for (int64_t i = 0; i < N * K; ++i) {
+        const float v = w32.f32()[i];
+        if (dtype == DType::kF32) w.f32()[i] = v;
+        if (dtype == DType::kBF16) w.data_as<uint16_t>()[i] = f32_to_bf16(v);
+        if (dtype == DType::kF16) w.data_as<uint16_t>()[i] = f32_to_f16(v);
+        convert_to_f32(dtype, static_cast<char*>(w.data()) + i * dtype_size(dtype), &represented[i], 1);
+      }
+      Tensor y = Tensor::zeros(DType::kF32, {T, N});
+      be_.linear(x, w, y);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0;
+          for (int64_t k = 0; k < K; ++k) ref += static_cast<double>(x.f32()[t * K + k]) * represented[n * K + k];
+          // FP32 accumulation of K = 37 products of O(1) terms: error well under 1e-5 · K.
+          ASSERT_TRUE(std::fabs(y.f32()[t * N + n] - ref) <= 2e-5 * K) << dtype_name(dtype);
+        }
+    }
+  }
+}
+
+TEST_F(CpuOps, RmsNormVariants) {
+  SCOPED_TRACE(trace());
+  const int64_t R = 5, D = 33;
+  const Tensor x = test::random_tensor(rng_, {R, D}), w = test::random_tensor(rng_, {D}), z = test::random_tensor(rng_, {R, D});
+  Tensor zc = Tensor::zeros(DType::kF32, {R, D}), plain = Tensor::zeros(DType::kF32, {R, D});
+  Tensor gated = Tensor::zeros(DType::kF32, {R, D});
+  be_.rms_norm(x, w, 1e-6f, NormWeight::kZeroCentred, zc);
+  be_.rms_norm(x, w, 1e-6f, NormWeight::kPlain, plain);
+  be_.gated_rms_norm(x, z, w, 1e-6f, gated);
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(x.f32()[r * D + i]) * x.f32()[r * D + i];
+    const double inv = 1.0 / std::sqrt(ss / D + 1e-6);
+    for (int64_t i = 0; i < D; ++i) {
+      const double n = x.f32()[r * D + i] * inv, zi = z.f32()[r * D + i];
+      EXPECT_TRUE(std::fabs(zc.f32()[r * D + i] - n * (1.0 + w.f32()[i])) <= 1e-5);
+      EXPECT_TRUE(std::fabs(plain.f32()[r * D + i] - n * w.f32()[i]) <= 1e-5);
+      EXPECT_TRUE(std::fabs(gated.f32()[r * D + i] - n * w.f32()[i] * zi / (1 + std::exp(-zi))) <= 1e-5);
+    }
+  }
+}
+
+TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
+  SCOPED_TRACE(trace());
+  const int64_t past = 5, T = 7, nq = 6, nkv = 2, d = 12, capacity = 20;
+  const Tensor q = test::random_tensor(rng_, {T, nq, d});
+  const Tensor k = test::random_tensor(rng_, {capacity, nkv, d}), v = test::random_tensor(rng_, {capacity, nkv, d});
+  Tensor o = Tensor::zeros(DType::kF32, {T, nq, d});
+  be_.attention(q, k, v, past, o);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nq; ++h) {
+      const int64_t g = h / (nq / nkv), n = past + t + 1;
+      std::vector<double> p(n);
+      double total = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += static_cast<double>(q.f32()[(t * nq + h) * d + c]) * k.f32()[(j * nkv + g) * d + c];
+        total += p[j] = std::exp(s / std::sqrt(static_cast<double>(d)));
+      }
+      for (int64_t c = 0; c < d; ++c) {
+        double ref = 0;
+        for (int64_t j = 0; j < n; ++j) ref += p[j] / total * v.f32()[(j * nkv + g) * d + c];
+        ASSERT_TRUE(std::fabs(o.f32()[(t * nq + h) * d + c] - ref) <= 1e-5) << t << " " << h << " " << c;
+      }
+    }
+}
+
+TEST_F(CpuOps, RotaryEmbeddingRotatesPairsHalfApart) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 3, heads = 2, d = 10, rot = 6;
+  const Tensor x = test::random_tensor(rng_, {T, heads, d});
+  Tensor y = Tensor::from_f32(std::vector<float>(x.f32(), x.f32() + x.numel()), x.shape());
+  const std::vector<int64_t> positions = {0, 7, 130};
+  be_.rotary_embedding(y, positions, rot, 10000.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < d; ++i) {
+        const float* xv = x.f32() + (t * heads + h) * d;
+        double ref = xv[i];
+        if (i < rot) {
+          const int64_t f = i % (rot / 2);
+          const double angle = positions[t] * std::pow(10000.0, -2.0 * f / rot);
+          ref = i < rot / 2 ? xv[i] * std::cos(angle) - xv[i + rot / 2] * std::sin(angle)
+                            : xv[i] * std::cos(angle) + xv[i - rot / 2] * std::sin(angle);
+        }
+        // FP32 angles at position 130 carry ~1e-5 relative error.
+        EXPECT_TRUE(std::fabs(y.f32()[(t * heads + h) * d + i] - ref) <= 1e-4) << t << " " << i;
+      }
+}
+
+TEST_F(CpuOps, MoeRouteSoftmaxTopkRenormalize) {
+  const Tensor logits = Tensor::from_f32({0.0f, 2.0f, 1.0f, 2.0f, -1.0f}, {1, 5});
+  Tensor ids = Tensor::zeros(DType::kI32, {1, 3}), weights = Tensor::zeros(DType::kF32, {1, 3});
+  for (bool renormalize : {false, true}) {
+    be_.moe_route(logits, 3, renormalize, ids, weights);
+    const double z = 1 + 2 * std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+    const double p2 = std::exp(2.0) / z, p1 = std::exp(1.0) / z, kept = 2 * p2 + p1;
+    EXPECT_EQ(ids.data_as<int32_t>()[0], 1);  // equal probabilities: the lower id first
+    EXPECT_EQ(ids.data_as<int32_t>()[1], 3);
+    EXPECT_EQ(ids.data_as<int32_t>()[2], 2);
+    EXPECT_NEAR(weights.f32()[0], renormalize ? p2 / kept : p2, 1e-6);
+    EXPECT_NEAR(weights.f32()[2], renormalize ? p1 / kept : p1, 1e-6);
+  }
+}
+
+TEST_F(CpuOps, MoeExpertsIsTheWeightedSumOfDenseMlps) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 4, H = 9, I = 5, E = 3, top_k = 2;
+  ExpertWeights experts;
+  for (int64_t e = 0; e < E; ++e) {
+    experts.gate_proj.push_back(test::random_tensor(rng_, {I, H}));
+    experts.up_proj.push_back(test::random_tensor(rng_, {I, H}));
+    experts.down_proj.push_back(test::random_tensor(rng_, {H, I}));
+  }
+  const Tensor x = test::random_tensor(rng_, {T, H});
+  Tensor ids = Tensor::zeros(DType::kI32, {T, top_k}), weights = test::random_tensor(rng_, {T, top_k});
+  for (int64_t i = 0; i < T * top_k; ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 2 + 1) % E);
+  Tensor y = Tensor::zeros(DType::kF32, {T, H});
+  be_.moe_experts(x, ids, weights, experts, y);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> ref(H, 0.0);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = ids.data_as<int32_t>()[t * top_k + j];
+      std::vector<double> act(I);
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < H; ++c) {
+          g += static_cast<double>(experts.gate_proj[e].f32()[i * H + c]) * x.f32()[t * H + c];
+          u += static_cast<double>(experts.up_proj[e].f32()[i * H + c]) * x.f32()[t * H + c];
+        }
+        act[i] = g / (1 + std::exp(-g)) * u;
+      }
+      for (int64_t n = 0; n < H; ++n) {
+        double s = 0;
+        for (int64_t i = 0; i < I; ++i) s += experts.down_proj[e].f32()[n * I + i] * act[i];
+        ref[n] += weights.f32()[t * top_k + j] * s;
+      }
+    }
+    for (int64_t n = 0; n < H; ++n) EXPECT_TRUE(std::fabs(y.f32()[t * H + n] - ref[n]) <= 1e-4) << t << " " << n;
+  }
+}
+
+TEST_F(CpuOps, EmbeddingRefusesOutOfRangeIds) {
+  const Tensor table = test::random_tensor(rng_, {4, 3});
+  Tensor out = Tensor::zeros(DType::kF32, {1, 3});
+  EXPECT_THROW(be_.embedding(table, {4}, out), Error);
+  EXPECT_THROW(be_.embedding(table, {-1}, out), Error);
+  be_.embedding(table, {2}, out);
+  EXPECT_EQ(out.f32()[1], table.f32()[7]);
+}
+
+}  // namespace
+}  // namespace plumb
