@@ -119,7 +119,8 @@ void register_model_commands(CLI::App& app) {
   gen->callback([gen_args] { run_generate(*gen_args); });
 
   auto inspect_args = std::make_shared<InspectArgs>();
-  CLI::App* inspect = app.add_subcommand("inspect", "Summarize a model folder: architecture, parameters, bytes per token");
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "Summarize a model folder: architecture, parameters, bytes per token");
   inspect->add_option("--model", inspect_args->model, "model folder")->required();
   inspect->add_option("--context", inspect_args->context, "context length for the KV bytes of one decode step");
   inspect->callback([inspect_args] { print_model_report(*inspect_args); });

@@ -16,13 +16,16 @@ struct KindTotals {
   double bytes = 0;  // as stored
 };
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const char* part) {
+  return s.find(part) != std::string::npos;
+}
 
 // The kind of parameter a checkpoint name holds, for the report.
 std::string kind_of(const std::string& name) {
   if (contains(name, "embed_tokens")) return "embedding";
   if (name == "lm_head.weight") return "lm_head";
-  if (contains(name, "layernorm") || name.ends_with("model.norm.weight") || name.ends_with("language_model.norm.weight"))
+  if (contains(name, "layernorm") || name.ends_with("model.norm.weight") ||
+      name.ends_with("language_model.norm.weight"))
     return "norms";
   if (contains(name, ".linear_attn.")) return "gated_deltanet";
   if (contains(name, ".self_attn.")) return "full_attention";
@@ -104,20 +107,19 @@ void print_model_report(const InspectArgs& args) {
   if (c.fp8) fmt::print("quantization fp8 e4m3, blocks {}x{}\n", c.fp8->block_rows, c.fp8->block_cols);
 
   fmt::print("\nparameters by kind (as stored)\n");
-  for (const auto& [kind, t] : kinds)
-    fmt::print("  {:<16} {:>16L} {:>14}\n", kind, t.params, human_bytes(t.bytes));
+  for (const auto& [kind, t] : kinds) fmt::print("  {:<16} {:>16L} {:>14}\n", kind, t.params, human_bytes(t.bytes));
   fmt::print("  {:<16} {:>16L}\n", "total", total_params);
 
   // Decode state per sequence: the FP32 delta-rule state is read and written every step; the conv window too (FP32);
   // the KV cache (BF16 on the GPU backend) is read for every cached token and written for the new one.
   const int64_t gdn = c.num_layers_of(LayerKind::kGatedDeltaNet), attn = c.num_layers_of(LayerKind::kFullAttention);
-  const double state_bytes = 2.0 * static_cast<double>(gdn) *
-                             static_cast<double>(c.linear_num_value_heads * c.linear_key_head_dim *
-                                                     c.linear_value_head_dim +
-                                                 c.conv_dim() * (c.linear_conv_kernel_dim - 1)) *
-                             4.0;
-  const double kv_token_bytes = static_cast<double>(attn) * 2.0 *
-                                static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;
+  const double state_bytes =
+      2.0 * static_cast<double>(gdn) *
+      static_cast<double>(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim +
+                          c.conv_dim() * (c.linear_conv_kernel_dim - 1)) *
+      4.0;
+  const double kv_token_bytes =
+      static_cast<double>(attn) * 2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;
   const double kv_bytes = kv_token_bytes * static_cast<double>(args.context + 1);
   fmt::print("\nbytes one decode step moves at batch 1, context {}\n", args.context);
   fmt::print("  {:<34} {:>14}\n", "weights (top-k experts, as stored)", human_bytes(step_weight_bytes));

@@ -8,24 +8,36 @@ namespace plumb {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kF8E4M3: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   PLUMB_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
@@ -69,7 +81,7 @@ uint16_t f32_to_f16(float f) {
     return sign | static_cast<uint16_t>(m);
   }
   int e;
-  std::frexp(a, &e);  // a = frac * 2^e, frac in [0.5, 1)
+  std::frexp(a, &e);                                           // a = frac * 2^e, frac in [0.5, 1)
   const float scaled = std::nearbyint(std::ldexp(a, 11 - e));  // 11 significant bits, in [1024, 2048]
   uint32_t mant = static_cast<uint32_t>(scaled);
   int exp_field = e - 1 + 15;

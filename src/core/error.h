@@ -21,8 +21,8 @@ namespace detail {
 }  // namespace plumb
 
 // PLUMB_CHECK(cond, "format {}", args...): throws plumb::Error with the formatted message when cond is false.
-#define PLUMB_CHECK(cond, ...)                                   \
-  do {                                                           \
+#define PLUMB_CHECK(cond, ...)                                           \
+  do {                                                                   \
     if (!(cond)) ::plumb::detail::throw_error(fmt::format(__VA_ARGS__)); \
   } while (0)
 

@@ -10,7 +10,8 @@ namespace plumb {
 
 void write_npy_f32(const std::string& path, const float* data, const Shape& shape) {
   std::string dims;
-  for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Magic (6) + version (2) + header length (2) + header + '\n' must be a multiple of 64.
   const size_t unpadded = 10 + header.size() + 1;

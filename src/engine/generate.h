@@ -21,9 +21,9 @@ struct GenerateOptions {
 enum class FinishReason { kLength, kStop };
 
 struct GenerateResult {
-  std::vector<int32_t> tokens;          // generated ids, without the stop token
+  std::vector<int32_t> tokens;  // generated ids, without the stop token
   FinishReason finish = FinishReason::kLength;
-  std::optional<int32_t> stop_token;    // the stop token drawn, when finish is kStop
+  std::optional<int32_t> stop_token;  // the stop token drawn, when finish is kStop
 };
 
 // Calls on_token(id) for each generated token as it is produced (not for the stop token).

@@ -29,8 +29,7 @@ Sampler::Sampler(SamplingParams params) : params_(params) {
               "repetition_penalty must be a finite number > 0, got {}", params_.repetition_penalty);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history,
-                        uint64_t step) const {
+int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step) const {
   std::vector<float> scores(logits, logits + vocab);
   if (params_.repetition_penalty != 1.0f) {
     // As transformers' RepetitionPenaltyLogitsProcessor: divide positive scores, multiply negative ones.

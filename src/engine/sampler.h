@@ -9,10 +9,10 @@
 namespace plumb {
 
 struct SamplingParams {
-  float temperature = 0.0f;        // 0: greedy (argmax, ties to the lowest id)
-  int64_t top_k = 0;               // 0: off
-  float top_p = 1.0f;              // 1: off
-  float min_p = 0.0f;              // 0: off
+  float temperature = 0.0f;         // 0: greedy (argmax, ties to the lowest id)
+  int64_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // 1: off; >1 makes tokens already seen less likely (as in transformers)
   uint64_t seed = 0;
 };

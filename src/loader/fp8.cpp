@@ -13,7 +13,9 @@
 namespace plumb {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return a / b + (a % b != 0);
+}
 
 // All 256 E4M3 values, so the inner loop is a table lookup.
 const std::array<float, 256>& fp8_e4m3_table() {

@@ -9,7 +9,9 @@
 namespace plumb {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 // Tensors a text forward pass does not use: the vision tower of the multimodal wrappers and the MTP head.
 bool is_ignored(const std::string& name, const ModelConfig& c) {
@@ -72,8 +74,8 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend) {
 
   std::set<std::string> used;
   for (const WeightSlot& slot : table) {
-    PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}' (expected shape {} for a {} model)",
-                files.source(), slot.name, shape_str(slot.shape), c.model_type);
+    PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}' (expected shape {} for a {} model)", files.source(),
+                slot.name, shape_str(slot.shape), c.model_type);
     Tensor host = read_slot(files, c, slot, used);
     switch (slot.transform) {
       case WeightTransform::kNone:

@@ -37,7 +37,9 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr char kSingleFileName[] = "model.safetensors";
 constexpr char kIndexFileName[] = "model.safetensors.index.json";
 
-std::string errno_text() { return std::generic_category().message(errno); }
+std::string errno_text() {
+  return std::generic_category().message(errno);
+}
 
 struct MappedFile {
   std::shared_ptr<void> owner;  // munmaps when the last tensor view is gone
@@ -292,7 +294,9 @@ CheckpointFiles CheckpointFiles::open(const std::string& model_dir) {
   return files;
 }
 
-bool CheckpointFiles::contains(const std::string& name) const { return entries_.count(name) != 0; }
+bool CheckpointFiles::contains(const std::string& name) const {
+  return entries_.count(name) != 0;
+}
 
 const TensorInfo& CheckpointFiles::info(const std::string& name) const {
   const auto it = entries_.find(name);

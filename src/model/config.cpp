@@ -79,9 +79,12 @@ struct Defaults {
 };
 Defaults defaults_for(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kQwen3Next: return {151936, 2048, 5632, 48, 16, 2, 512, 10};
-    case ModelFamily::kQwen35Dense: return {248320, 4096, 12288, 32, 16, 4, 0, 0};
-    case ModelFamily::kQwen35Moe: return {248320, 2048, 0, 40, 16, 2, 256, 8};
+    case ModelFamily::kQwen3Next:
+      return {151936, 2048, 5632, 48, 16, 2, 512, 10};
+    case ModelFamily::kQwen35Dense:
+      return {248320, 4096, 12288, 32, 16, 4, 0, 0};
+    case ModelFamily::kQwen35Moe:
+      return {248320, 2048, 0, 40, 16, 2, 256, 8};
   }
   PLUMB_FAIL("unknown model family");
 }
@@ -91,14 +94,18 @@ void parse_rope(const FieldReader& f, ModelConfig& c) {
   // top-level rope_theta / partial_rotary_factor and an optional rope_scaling.
   c.rope_theta = f.number("rope_theta", 10000.0);
   c.partial_rotary_factor = f.number("partial_rotary_factor", 0.25);
-  const char* scaling_key = f.has("rope_parameters") ? "rope_parameters" : f.has("rope_scaling") ? "rope_scaling" : nullptr;
+  const char* scaling_key = f.has("rope_parameters") ? "rope_parameters"
+                            : f.has("rope_scaling")  ? "rope_scaling"
+                                                     : nullptr;
   if (!scaling_key) return;
   const json& rope = f.object(scaling_key);
   const std::string where = f.where() + ": " + scaling_key;
   const FieldReader r(rope, where);
   std::string type = "default";
-  if (r.has("rope_type")) type = r.string("rope_type");
-  else if (r.has("type")) type = r.string("type");
+  if (r.has("rope_type"))
+    type = r.string("rope_type");
+  else if (r.has("type"))
+    type = r.string("type");
   // M-RoPE ("mrope_section") splits the rotary frequencies between the text, height and width positions; for text
   // all three positions are the token position, so it is exactly the 1-D rotary embedding.
   PLUMB_CHECK(type == "default" || type == "mrope", "{}: rope_type '{}' is not supported (only 'default')", where,
@@ -115,9 +122,12 @@ void parse_layer_types(const FieldReader& f, const json& text, ModelConfig& c) {
     for (const json& e : list) {
       PLUMB_CHECK(e.is_string(), "{}: layer_types holds a non-string {}", f.where(), e.dump());
       const std::string name = e.get<std::string>();
-      if (name == "linear_attention") c.layer_types.push_back(LayerKind::kGatedDeltaNet);
-      else if (name == "full_attention" || name == "attention") c.layer_types.push_back(LayerKind::kFullAttention);
-      else PLUMB_FAIL("{}: layer_types holds unknown layer type '{}'", f.where(), name);
+      if (name == "linear_attention")
+        c.layer_types.push_back(LayerKind::kGatedDeltaNet);
+      else if (name == "full_attention" || name == "attention")
+        c.layer_types.push_back(LayerKind::kFullAttention);
+      else
+        PLUMB_FAIL("{}: layer_types holds unknown layer type '{}'", f.where(), name);
     }
     PLUMB_CHECK(static_cast<int64_t>(c.layer_types.size()) == c.num_layers,
                 "{}: layer_types has {} entries for num_hidden_layers {}", f.where(), c.layer_types.size(),
@@ -156,8 +166,7 @@ void parse_quantization(const json& root, const std::string& source, ModelConfig
   }
   if (q.has("activation_scheme")) {
     const std::string scheme = q.string("activation_scheme");
-    PLUMB_CHECK(scheme == "dynamic", "{}: activation_scheme '{}' is not supported (only 'dynamic')", q.where(),
-                scheme);
+    PLUMB_CHECK(scheme == "dynamic", "{}: activation_scheme '{}' is not supported (only 'dynamic')", q.where(), scheme);
   }
   const std::vector<int64_t> block = q.integers("weight_block_size");
   PLUMB_CHECK(block.size() == 2 && block[0] > 0 && block[1] > 0,
@@ -188,8 +197,8 @@ void validate(const ModelConfig& c, const std::string& where) {
               "{}: linear_num_value_heads {} is not a multiple of linear_num_key_heads {}", where,
               c.linear_num_value_heads, c.linear_num_key_heads);
   PLUMB_CHECK(c.rotary_dim >= 2 && c.rotary_dim % 2 == 0 && c.rotary_dim <= c.head_dim,
-              "{}: partial_rotary_factor {} gives rotary dimension {} for head_dim {}", where,
-              c.partial_rotary_factor, c.rotary_dim, c.head_dim);
+              "{}: partial_rotary_factor {} gives rotary dimension {} for head_dim {}", where, c.partial_rotary_factor,
+              c.rotary_dim, c.head_dim);
   bool any_moe = false, any_dense = false;
   for (MlpKind k : c.mlp_kinds) (k == MlpKind::kMoe ? any_moe : any_dense) = true;
   if (any_dense) positive(c.intermediate_size, "intermediate_size");
@@ -218,9 +227,12 @@ const char* layer_kind_name(LayerKind kind) {
 
 const char* model_family_name(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kQwen3Next: return "qwen3_next";
-    case ModelFamily::kQwen35Dense: return "qwen3_5_text";
-    case ModelFamily::kQwen35Moe: return "qwen3_5_moe_text";
+    case ModelFamily::kQwen3Next:
+      return "qwen3_next";
+    case ModelFamily::kQwen35Dense:
+      return "qwen3_5_text";
+    case ModelFamily::kQwen35Moe:
+      return "qwen3_5_moe_text";
   }
   return "?";
 }
@@ -247,12 +259,17 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     text_type = c.model_type + "_text";
     c.tensor_prefix = "model.language_model.";
   }
-  if (text_type == "qwen3_next") c.family = ModelFamily::kQwen3Next;
-  else if (text_type == "qwen3_5_text") c.family = ModelFamily::kQwen35Dense;
-  else if (text_type == "qwen3_5_moe_text") c.family = ModelFamily::kQwen35Moe;
+  if (text_type == "qwen3_next")
+    c.family = ModelFamily::kQwen3Next;
+  else if (text_type == "qwen3_5_text")
+    c.family = ModelFamily::kQwen35Dense;
+  else if (text_type == "qwen3_5_moe_text")
+    c.family = ModelFamily::kQwen35Moe;
   else
-    PLUMB_FAIL("{}: model_type '{}' is not supported (plumb reads qwen3_next, qwen3_5_text, qwen3_5_moe_text, qwen3_5, "
-               "qwen3_5_moe)", source, c.model_type);
+    PLUMB_FAIL(
+        "{}: model_type '{}' is not supported (plumb reads qwen3_next, qwen3_5_text, qwen3_5_moe_text, qwen3_5, "
+        "qwen3_5_moe)",
+        source, c.model_type);
 
   const FieldReader f(*text, where);
   const Defaults d = defaults_for(c.family);
@@ -261,9 +278,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.num_layers = f.integer("num_hidden_layers", d.num_layers);
   c.intermediate_size = f.integer("intermediate_size", d.intermediate_size);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = top.has("tie_word_embeddings") && text != &root
-                              ? top.boolean("tie_word_embeddings")
-                              : f.boolean("tie_word_embeddings", false);
+  c.tie_word_embeddings = top.has("tie_word_embeddings") && text != &root ? top.boolean("tie_word_embeddings")
+                                                                          : f.boolean("tie_word_embeddings", false);
   c.max_position_embeddings = f.integer("max_position_embeddings", 32768);
 
   c.num_attention_heads = f.integer("num_attention_heads", d.num_attention_heads);

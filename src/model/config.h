@@ -3,16 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace plumb {
 
 enum class ModelFamily {
-  kQwen3Next,   // model_type qwen3_next: fused, group-interleaved in_proj_qkvz / in_proj_ba; MoE by flags
+  kQwen3Next,    // model_type qwen3_next: fused, group-interleaved in_proj_qkvz / in_proj_ba; MoE by flags
   kQwen35Dense,  // qwen3_5_text (or the qwen3_5 wrapper's text_config): separate projections, dense MLP
   kQwen35Moe,    // qwen3_5_moe_text (or qwen3_5_moe): separate projections, MoE in every layer, always renormalized
 };
@@ -50,9 +49,9 @@ struct ModelConfig {
 
   // Gated DeltaNet.
   int64_t linear_conv_kernel_dim = 4;
-  int64_t linear_key_head_dim = 0;    // dk
-  int64_t linear_value_head_dim = 0;  // dv
-  int64_t linear_num_key_heads = 0;   // nk
+  int64_t linear_key_head_dim = 0;     // dk
+  int64_t linear_value_head_dim = 0;   // dv
+  int64_t linear_num_key_heads = 0;    // nk
   int64_t linear_num_value_heads = 0;  // nv, a multiple of nk
 
   // Mixture of experts.
@@ -70,7 +69,7 @@ struct ModelConfig {
   // Derived sizes.
   int64_t key_dim() const { return linear_num_key_heads * linear_key_head_dim; }        // nk * dk
   int64_t value_dim() const { return linear_num_value_heads * linear_value_head_dim; }  // nv * dv
-  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }                     // q, k, v channels
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }                      // q, k, v channels
   int64_t value_heads_per_key_head() const { return linear_num_value_heads / linear_num_key_heads; }
   int num_layers_of(LayerKind kind) const;
 };

@@ -18,8 +18,8 @@ SequenceState Qwen3NextModel::new_sequence(int64_t kv_capacity) const {
     LayerState& l = s.layers[i];
     if (c.layer_types[i] == LayerKind::kGatedDeltaNet) {
       l.conv_state = backend_.zeros(DType::kF32, {c.conv_dim(), c.linear_conv_kernel_dim - 1});
-      l.recurrent_state = backend_.zeros(
-          DType::kF32, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim});
+      l.recurrent_state =
+          backend_.zeros(DType::kF32, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim});
     } else {
       l.k_cache = backend_.zeros(DType::kF32, {s.kv_capacity, c.num_key_value_heads, c.head_dim});
       l.v_cache = backend_.zeros(DType::kF32, {s.kv_capacity, c.num_key_value_heads, c.head_dim});
@@ -62,13 +62,17 @@ Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>&
     LayerState& s = state.layers[i];
     // h = x + Mixer(RMSNorm_in(x))
     backend_.rms_norm(hidden, w.input_norm, eps, NormWeight::kZeroCentred, normed);
-    if (w.kind == LayerKind::kGatedDeltaNet) gated_deltanet(w.gdn, s, normed, mixed, algorithm);
-    else full_attention(w.attn, s, normed, state.position, mixed);
+    if (w.kind == LayerKind::kGatedDeltaNet)
+      gated_deltanet(w.gdn, s, normed, mixed, algorithm);
+    else
+      full_attention(w.attn, s, normed, state.position, mixed);
     backend_.add(hidden, mixed);
     // out = h + MLP(RMSNorm_post(h))
     backend_.rms_norm(hidden, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
-    if (w.mlp_kind == MlpKind::kMoe) mixture_of_experts(w.moe, normed, mixed);
-    else dense_mlp(w.mlp, normed, mixed);
+    if (w.mlp_kind == MlpKind::kMoe)
+      mixture_of_experts(w.moe, normed, mixed);
+    else
+      dense_mlp(w.mlp, normed, mixed);
     backend_.add(hidden, mixed);
   }
   state.position += T;
@@ -176,7 +180,7 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   backend_.moe_experts(x, expert_ids, expert_weights, w.experts, out);
   if (!w.has_shared_expert) return;
   // y += sigmoid(w_sg · x) · SharedMLP(x)
-  Tensor shared = backend_.zeros(DType::kF32, x.shape());     // [T, H]
+  Tensor shared = backend_.zeros(DType::kF32, x.shape());    // [T, H]
   Tensor shared_gate = backend_.zeros(DType::kF32, {T, 1});  // [T, 1]
   dense_mlp(w.shared_expert, x, shared);
   backend_.linear(x, w.shared_expert_gate, shared_gate);

@@ -45,8 +45,7 @@ class Qwen3NextModel {
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
 
  private:
-  void gated_deltanet(const GdnWeights& w, LayerState& s, const Tensor& x, Tensor& out,
-                      GdnAlgorithm algorithm) const;
+  void gated_deltanet(const GdnWeights& w, LayerState& s, const Tensor& x, Tensor& out, GdnAlgorithm algorithm) const;
   void full_attention(const AttentionWeights& w, LayerState& s, const Tensor& x, int64_t past, Tensor& out) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
   void mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;

@@ -31,7 +31,9 @@ class TableBuilder {
     if (second) slot.targets.push_back(second);
     slots_.push_back(std::move(slot));
   }
-  void vector(std::string name, int64_t n, Tensor* target) { add(std::move(name), {n}, target, WeightRole::kParameter); }
+  void vector(std::string name, int64_t n, Tensor* target) {
+    add(std::move(name), {n}, target, WeightRole::kParameter);
+  }
   void mlp(const std::string& p, int64_t width, MlpWeights& w) {
     add(p + "gate_proj.weight", {width, c_.hidden_size}, &w.gate_proj);
     add(p + "up_proj.weight", {width, c_.hidden_size}, &w.up_proj);
@@ -120,10 +122,14 @@ std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w
     const std::string lp = p + "layers." + std::to_string(i) + ".";
     b.vector(lp + "input_layernorm.weight", c.hidden_size, &layer.input_norm);
     b.vector(lp + "post_attention_layernorm.weight", c.hidden_size, &layer.post_attn_norm);
-    if (layer.kind == LayerKind::kGatedDeltaNet) add_gdn(b, c, lp + "linear_attn.", layer.gdn);
-    else add_attention(b, c, lp + "self_attn.", layer.attn);
-    if (layer.mlp_kind == MlpKind::kMoe) add_moe(b, c, lp + "mlp.", layer.moe, contains);
-    else b.mlp(lp + "mlp.", c.intermediate_size, layer.mlp);
+    if (layer.kind == LayerKind::kGatedDeltaNet)
+      add_gdn(b, c, lp + "linear_attn.", layer.gdn);
+    else
+      add_attention(b, c, lp + "self_attn.", layer.attn);
+    if (layer.mlp_kind == MlpKind::kMoe)
+      add_moe(b, c, lp + "mlp.", layer.moe, contains);
+    else
+      b.mlp(lp + "mlp.", c.intermediate_size, layer.mlp);
   }
   return slots;
 }
@@ -150,9 +156,9 @@ Tensor permute_qwen3_next_qkvz(const Tensor& from, const ModelConfig& c) {
   const int64_t nk = c.linear_num_key_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
   const int64_t rho = c.value_heads_per_key_head(), group = 2 * dk + 2 * rho * dv;
   std::vector<int64_t> rows;
-  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group, dk);                          // q of key head g
-  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + dk, dk);                     // k of key head g
-  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + 2 * dk, rho * dv);           // v of its value heads
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group, dk);                            // q of key head g
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + dk, dk);                       // k of key head g
+  for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + 2 * dk, rho * dv);             // v of its value heads
   for (int64_t g = 0; g < nk; ++g) append_range(rows, g * group + 2 * dk + rho * dv, rho * dv);  // z likewise
   PLUMB_CHECK(static_cast<int64_t>(rows.size()) == from.dim(0), "in_proj_qkvz: {} rows, expected {}", from.dim(0),
               rows.size());

@@ -20,9 +20,9 @@ enum class WeightRole {
 // Rearrangements applied to a checkpoint tensor before it reaches its slot(s).
 enum class WeightTransform {
   kNone,
-  kConvKernel,          // [C, 1, K] → [C, K]
-  kQwen3NextQkvz,       // group-interleaved in_proj_qkvz → rows [q | k | v] and [z]: targets {qkv, z}
-  kQwen3NextBa,         // group-interleaved in_proj_ba → rows [b] and [a]: targets {b, a}
+  kConvKernel,     // [C, 1, K] → [C, K]
+  kQwen3NextQkvz,  // group-interleaved in_proj_qkvz → rows [q | k | v] and [z]: targets {qkv, z}
+  kQwen3NextBa,    // group-interleaved in_proj_ba → rows [b] and [a]: targets {b, a}
 };
 
 struct WeightSlot {

@@ -48,8 +48,8 @@ struct MoeWeights {
   ExpertWeights experts;        // E × ([I, H], [I, H], [H, I]) views
   std::vector<Tensor> storage;  // what the expert views point into (per-expert tensors or fused 3-D ones)
   bool has_shared_expert = false;
-  MlpWeights shared_expert;     // width Is
-  Tensor shared_expert_gate;    // [1, H]
+  MlpWeights shared_expert;   // width Is
+  Tensor shared_expert_gate;  // [1, H]
 };
 
 struct LayerWeights {

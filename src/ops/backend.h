@@ -42,8 +42,8 @@ class Backend {
 
   // Memory.
   virtual Tensor zeros(DType dtype, const Shape& shape) = 0;
-  virtual Tensor upload(const Tensor& host) = 0;    // the tensor in this backend's memory (F32 on the CPU)
-  virtual Tensor download(const Tensor& t) = 0;     // a host copy
+  virtual Tensor upload(const Tensor& host) = 0;          // the tensor in this backend's memory (F32 on the CPU)
+  virtual Tensor download(const Tensor& t) = 0;           // a host copy
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same element count and dtype
 
   // out[t, :] = table[ids[t], :]. table [V, H]; out [T, H].
@@ -73,8 +73,7 @@ class Backend {
                                 Tensor& state, Tensor& o, GdnAlgorithm algorithm) = 0;
 
   // Rotate-half rotary embedding on the first rotary_dim dims of each head, in place. x [T, heads, d]; positions [T].
-  virtual void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim,
-                                double theta) = 0;
+  virtual void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) = 0;
   // Causal grouped-query attention over a KV cache whose rows [0, past + T) are filled; query t sits at position
   // past + t and sees keys [0, past + t]. Scores scaled by d^-1/2. q [T, nq, d]; k_cache, v_cache [capacity, nkv, d];
   // o [T, nq, d].

@@ -91,7 +91,8 @@ TEST_F(Cli, GenerateStopsAtAStopId) {
   const Outcome greedy = run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids");
   ASSERT_EQ(greedy.status, 0);
   const std::string first = greedy.out.substr(0, greedy.out.find_first_of(" \n"));
-  const Outcome stopped = run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids --stop-ids " + first);
+  const Outcome stopped =
+      run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids --stop-ids " + first);
   EXPECT_EQ(stopped.out, "\n");
 }
 

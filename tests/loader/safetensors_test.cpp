@@ -55,7 +55,9 @@ std::vector<NamedTensor> every_dtype() {
   };
 }
 
-bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) == 0; }
+bool aligned(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) == 0;
+}
 
 class SafetensorsTest : public ::testing::Test {
  protected:

@@ -105,8 +105,7 @@ TEST_F(BadInput, MissingConfig) {
   test::write_model_folder(dir_, config_, tensors_);
   std::filesystem::remove(dir_ + "/config.json");
   CpuBackend backend;
-  EXPECT_THAT([&] { open_model(dir_, backend); },
-              ::testing::ThrowsMessage<Error>(HasSubstr(dir_ + "/config.json")));
+  EXPECT_THAT([&] { open_model(dir_, backend); }, ::testing::ThrowsMessage<Error>(HasSubstr(dir_ + "/config.json")));
 }
 
 TEST_F(BadInput, TruncatedWeights) {

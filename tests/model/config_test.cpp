@@ -1,24 +1,35 @@
 // config.json parsing: the families, both rope forms, the multimodal wrappers, layer patterns, FP8, and bad fields.
+#include "model/config.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/config.h"
 
 namespace plumb {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 json tiny_next() {
-  return json{{"model_type", "qwen3_next"},     {"vocab_size", 100},          {"hidden_size", 32},
-              {"num_hidden_layers", 8},          {"num_attention_heads", 4},    {"num_key_value_heads", 2},
-              {"head_dim", 16},                  {"linear_num_key_heads", 2},   {"linear_num_value_heads", 4},
-              {"linear_key_head_dim", 8},        {"linear_value_head_dim", 12}, {"num_experts", 4},
-              {"num_experts_per_tok", 2},        {"moe_intermediate_size", 8},  {"intermediate_size", 24},
+  return json{{"model_type", "qwen3_next"},
+              {"vocab_size", 100},
+              {"hidden_size", 32},
+              {"num_hidden_layers", 8},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 16},
+              {"linear_num_key_heads", 2},
+              {"linear_num_value_heads", 4},
+              {"linear_key_head_dim", 8},
+              {"linear_value_head_dim", 12},
+              {"num_experts", 4},
+              {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", 8},
+              {"intermediate_size", 24},
               {"shared_expert_intermediate_size", 8}};
 }
 
@@ -57,8 +68,11 @@ TEST(ModelConfig, MlpOnlyLayersAndSparseStep) {
 
 TEST(ModelConfig, RopeParametersFormWinsOverDefaults) {
   json j = tiny_next();
-  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.5},
-                          {"mrope_section", {2, 1, 1}}, {"mrope_interleaved", true}};
+  j["rope_parameters"] = {{"rope_type", "default"},
+                          {"rope_theta", 1e7},
+                          {"partial_rotary_factor", 0.5},
+                          {"mrope_section", {2, 1, 1}},
+                          {"mrope_interleaved", true}};
   const ModelConfig c = parse_model_config(j.dump(), "config.json");
   EXPECT_EQ(c.rope_theta, 1e7);
   EXPECT_EQ(c.rotary_dim, 8);
@@ -76,8 +90,8 @@ TEST(ModelConfig, ExplicitLayerTypes) {
   j["num_hidden_layers"] = 3;
   j["layer_types"] = {"full_attention", "linear_attention", "full_attention"};
   const ModelConfig c = parse_model_config(j.dump(), "config.json");
-  EXPECT_EQ(c.layer_types, (std::vector<LayerKind>{LayerKind::kFullAttention, LayerKind::kGatedDeltaNet,
-                                                   LayerKind::kFullAttention}));
+  EXPECT_EQ(c.layer_types,
+            (std::vector<LayerKind>{LayerKind::kFullAttention, LayerKind::kGatedDeltaNet, LayerKind::kFullAttention}));
   j["layer_types"] = {"full_attention", "linear_attention"};
   EXPECT_THAT(error_of(j), HasSubstr("layer_types has 2 entries for num_hidden_layers 3"));
   j["layer_types"] = {"full_attention", "mamba", "full_attention"};
@@ -110,8 +124,8 @@ TEST(ModelConfig, Qwen35DenseHasNoExperts) {
 
 TEST(ModelConfig, Fp8QuantizationConfig) {
   json j = tiny_next();
-  j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
-                              {"weight_block_size", {128, 64}}};
+  j["quantization_config"] = {
+      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 64}}};
   const ModelConfig c = parse_model_config(j.dump(), "config.json");
   ASSERT_TRUE(c.fp8.has_value());
   EXPECT_EQ(c.fp8->block_rows, 128);

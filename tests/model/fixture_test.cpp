@@ -17,15 +17,16 @@ namespace {
 
 // The fixture models; a missing one fails its tests.
 const char* const kFixtures[] = {
-    "qwen3_next_moe",       "qwen3_next_tied",     "qwen3_5_dense",          "qwen3_5_moe",
-    "qwen3_next_moe_sharded", "qwen3_5_moe_other_layout", "qwen3_5_moe_wrapped", "qwen3_next_bf16",
-    "qwen3_next_fp16",      "qwen3_next_fp8",
+    "qwen3_next_moe",           "qwen3_next_tied",     "qwen3_5_dense",   "qwen3_5_moe",     "qwen3_next_moe_sharded",
+    "qwen3_5_moe_other_layout", "qwen3_5_moe_wrapped", "qwen3_next_bf16", "qwen3_next_fp16", "qwen3_next_fp8",
 };
 
 // The CPU path accumulates in FP32 like the FP32 reference; 1e-4 absolute on logits is the bound.
 constexpr float kLogitTolerance = 1e-4f;
 
-std::string model_dir(const std::string& name) { return test::fixtures_dir() + "/models/" + name; }
+std::string model_dir(const std::string& name) {
+  return test::fixtures_dir() + "/models/" + name;
+}
 
 nlohmann::json read_reference(const std::string& name) {
   const std::string path = model_dir(name) + "/reference/reference.json";
@@ -34,7 +35,9 @@ nlohmann::json read_reference(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
+std::vector<int32_t> ids_of(const nlohmann::json& j) {
+  return j.get<std::vector<int32_t>>();
+}
 
 class Fixture : public ::testing::TestWithParam<const char*> {
  protected:

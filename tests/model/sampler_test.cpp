@@ -1,11 +1,12 @@
 // Token selection: greedy, each filter, the repetition penalty, seeded reproducibility and the sampled distribution.
+#include "engine/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
 #include "core/error.h"
-#include "engine/sampler.h"
 
 namespace plumb {
 namespace {

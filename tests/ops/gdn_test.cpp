@@ -18,7 +18,7 @@ struct GdnInputs {
 GdnInputs random_gdn_inputs(std::mt19937_64& rng, int64_t T, int64_t nk, int64_t nv, int64_t dk, int64_t dv) {
   GdnInputs in{test::random_tensor(rng, {T, nk, dk}), test::random_tensor(rng, {T, nk, dk}),
                test::random_tensor(rng, {T, nv, dv}), test::random_tensor(rng, {T, nv}),
-               test::random_tensor(rng, {T, nv}), test::random_tensor(rng, {nv, dk, dv}, 0.5f)};
+               test::random_tensor(rng, {T, nv}),     test::random_tensor(rng, {nv, dk, dv}, 0.5f)};
   for (int64_t i = 0; i < T * nv; ++i) {
     in.g.f32()[i] = -std::exp(0.3f * in.g.f32()[i]) * cpu::softplus(in.beta.f32()[i]);
     in.beta.f32()[i] = cpu::sigmoid(2.0f * in.beta.f32()[(i * 7) % (T * nv)]);
@@ -90,7 +90,8 @@ TEST(GatedDeltaRule, RecurrentMatchesDoublePrecisionTranscription) {
         double out = 0;
         for (int64_t i = 0; i < dk; ++i) out += S[i * dv + j] * q[i];
         const float got = o.f32()[(t * nv + h) * dv + j];
-        EXPECT_TRUE(std::fabs(got - out) <= 1e-5) << "t " << t << " h " << h << " j " << j << ": " << got << " vs " << out;
+        EXPECT_TRUE(std::fabs(got - out) <= 1e-5)
+            << "t " << t << " h " << h << " j " << j << ": " << got << " vs " << out;
       }
     }
   }
@@ -132,8 +133,7 @@ TEST(CausalConv1d, StateCarriesAcrossCalls) {
   EXPECT_EQ(test::max_abs_diff(y_whole, y), 0.0f);
   EXPECT_EQ(test::max_abs_diff(state_whole, state), 0.0f);
   // The first output sees only the current input (zero history): SiLU(w[c, K-1] x[0, c]).
-  for (int64_t c = 0; c < C; ++c)
-    EXPECT_FLOAT_EQ(y_whole.f32()[c], cpu::silu(w.f32()[c * K + K - 1] * x.f32()[c]));
+  for (int64_t c = 0; c < C; ++c) EXPECT_FLOAT_EQ(y_whole.f32()[c], cpu::silu(w.f32()[c * K + K - 1] * x.f32()[c]));
 }
 
 }  // namespace

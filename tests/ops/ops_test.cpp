@@ -54,7 +54,8 @@ TEST_F(CpuOps, LinearMatchesDoubleForEveryWeightDtype) {
 TEST_F(CpuOps, RmsNormVariants) {
   SCOPED_TRACE(trace());
   const int64_t R = 5, D = 33;
-  const Tensor x = test::random_tensor(rng_, {R, D}), w = test::random_tensor(rng_, {D}), z = test::random_tensor(rng_, {R, D});
+  const Tensor x = test::random_tensor(rng_, {R, D}), w = test::random_tensor(rng_, {D}),
+               z = test::random_tensor(rng_, {R, D});
   Tensor zc = Tensor::zeros(DType::kF32, {R, D}), plain = Tensor::zeros(DType::kF32, {R, D});
   Tensor gated = Tensor::zeros(DType::kF32, {R, D});
   be_.rms_norm(x, w, 1e-6f, NormWeight::kZeroCentred, zc);
@@ -87,7 +88,8 @@ TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
       double total = 0;
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
-        for (int64_t c = 0; c < d; ++c) s += static_cast<double>(q.f32()[(t * nq + h) * d + c]) * k.f32()[(j * nkv + g) * d + c];
+        for (int64_t c = 0; c < d; ++c)
+          s += static_cast<double>(q.f32()[(t * nq + h) * d + c]) * k.f32()[(j * nkv + g) * d + c];
         total += p[j] = std::exp(s / std::sqrt(static_cast<double>(d)));
       }
       for (int64_t c = 0; c < d; ++c) {

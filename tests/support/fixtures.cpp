@@ -12,7 +12,9 @@ std::string source_dir() {
   return env ? env : std::filesystem::current_path().string();
 }
 
-std::string fixtures_dir() { return source_dir() + "/tests/fixtures"; }
+std::string fixtures_dir() {
+  return source_dir() + "/tests/fixtures";
+}
 
 std::string scratch_dir(const std::string& tag) {
   namespace fs = std::filesystem;

@@ -8,8 +8,7 @@
 
 namespace plumb {
 
-void CpuBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim,
-                                  double theta) {
+void CpuBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) {
   const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = rotary_dim / 2;
   PLUMB_CHECK(static_cast<int64_t>(positions.size()) == T, "rotary_embedding: {} positions for {} tokens",
               positions.size(), T);
@@ -17,7 +16,8 @@ void CpuBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positio
   // Frequencies and angles in FP32, as the reference computes them: inv_freq_i = 1 / theta^(2i / rotary_dim).
   std::vector<float> inv_freq(half);
   for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    inv_freq[i] =
+        1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
   float* px = x.f32();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < half; ++i) {

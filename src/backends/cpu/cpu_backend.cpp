@@ -15,7 +15,8 @@ float dot(const float* a, const float* b, int64_t n) {
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
   for (; i < n; ++i) partial[i % 8] += a[i] * b[i];
-  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+         ((partial[4] + partial[5]) + (partial[6] + partial[7]));
 }
 
 const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch) {
@@ -42,10 +43,14 @@ void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
 }
 }  // namespace
 
-Tensor CpuBackend::zeros(DType dtype, const Shape& shape) { return Tensor::zeros(dtype, shape); }
+Tensor CpuBackend::zeros(DType dtype, const Shape& shape) {
+  return Tensor::zeros(dtype, shape);
+}
 
 // Host memory is this backend's memory: weights stay where the loader put them (often a read-only file mapping).
-Tensor CpuBackend::upload(const Tensor& host) { return host; }
+Tensor CpuBackend::upload(const Tensor& host) {
+  return host;
+}
 
 Tensor CpuBackend::download(const Tensor& t) {
   Tensor out = Tensor::zeros(t.dtype(), t.shape());

@@ -48,10 +48,16 @@ class CpuBackend final : public Backend {
 // Shared scalar helpers of the CPU reference.
 namespace cpu {
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+inline float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 // log(1 + e^x), passing x through above 20 as torch.nn.functional.softplus does.
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 // Σ a[i]·b[i] in FP32 with eight interleaved partial sums combined in a fixed order.
 float dot(const float* a, const float* b, int64_t n);

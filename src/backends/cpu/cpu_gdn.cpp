@@ -31,8 +31,14 @@ HeadInputs gather_head(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        int64_t h) {
   const int64_t T = q.dim(0), nk = q.dim(1), dk = q.dim(2), nv = v.dim(1), dv = v.dim(2);
   const int64_t kh = h / (nv / nk);  // value head h reads key head h / (nv / nk)
-  HeadInputs in{T, dk, dv, std::vector<float>(T * dk), std::vector<float>(T * dk), std::vector<float>(T * dv),
-                std::vector<float>(T), std::vector<float>(T)};
+  HeadInputs in{T,
+                dk,
+                dv,
+                std::vector<float>(T * dk),
+                std::vector<float>(T * dk),
+                std::vector<float>(T * dv),
+                std::vector<float>(T),
+                std::vector<float>(T)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int64_t t = 0; t < T; ++t) {
     std::memcpy(&in.q[t * dk], q.f32() + (t * nk + kh) * dk, dk * sizeof(float));
@@ -199,8 +205,10 @@ void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor
     for (int64_t h = begin; h < end; ++h) {
       const HeadInputs in = gather_head(q, k, v, g, beta, h);
       float* S = state.f32() + h * dk * dv;
-      if (algorithm == GdnAlgorithm::kRecurrent) delta_rule_recurrent(in, S, out.data());
-      else delta_rule_chunked(in, S, out.data());
+      if (algorithm == GdnAlgorithm::kRecurrent)
+        delta_rule_recurrent(in, S, out.data());
+      else
+        delta_rule_chunked(in, S, out.data());
       for (int64_t t = 0; t < T; ++t) std::memcpy(o.f32() + (t * nv + h) * dv, &out[t * dv], dv * sizeof(float));
     }
   });
