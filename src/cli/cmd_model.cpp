@@ -63,7 +63,7 @@ struct GenerateArgs {
   std::string model, ids, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   SamplingParams sampling;
-  bool print_ids = false, hash = false;
+  bool print_ids = false, ignore_eos = false;
 };
 
 void run_generate(const GenerateArgs& a) {
@@ -75,7 +75,9 @@ void run_generate(const GenerateArgs& a) {
   GenerateOptions options;
   options.max_tokens = a.max_tokens;
   options.sampling = a.sampling;
-  options.stop_ids = a.stop_ids.empty() ? std::vector<int32_t>() : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
+  options.stop_ids = a.stop_ids.empty() ? default_stop_ids(a.model, model.config())
+                                        : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
+  if (a.ignore_eos) options.stop_ids.clear();
   const GenerateResult result = generate(model, prompt, options, [&](int32_t id) {
     if (a.print_ids) return;
     std::printf("%d ", id);
@@ -113,7 +115,9 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--min-p", gen_args->sampling.min_p, "drop tokens below this fraction of the best one");
   gen->add_option("--repetition-penalty", gen_args->sampling.repetition_penalty, "1 for none");
   gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run");
-  gen->add_option("--stop-ids", gen_args->stop_ids, "token ids that end generation, comma-separated");
+  gen->add_option("--stop-ids", gen_args->stop_ids,
+                  "token ids that end generation, comma-separated (default: the model's eos ids)");
+  gen->add_flag("--ignore-eos", gen_args->ignore_eos, "generate --max-tokens tokens whatever is drawn");
   gen->add_option("--device", gen_args->device, "cpu");
   gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");
   gen->callback([gen_args] { run_generate(*gen_args); });

@@ -1,6 +1,9 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "loader/load_model.h"
@@ -10,6 +13,33 @@ namespace plumb {
 Qwen3NextModel open_model(const std::string& model_dir, Backend& backend) {
   LoadedModel loaded = load_model(model_dir, backend);
   return Qwen3NextModel(std::move(loaded.config), std::move(loaded.weights), backend);
+}
+
+std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelConfig& config) {
+  std::vector<int64_t> ids = config.eos_token_ids;
+  const std::string path = model_dir + "/generation_config.json";
+  if (std::filesystem::exists(path)) {
+    std::ifstream in(path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+      PLUMB_FAIL("{}: not valid JSON ({})", path, e.what());
+    }
+    const nlohmann::json eos = j.is_object() && j.contains("eos_token_id") ? j["eos_token_id"] : nlohmann::json();
+    for (const nlohmann::json& e : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+      if (e.is_null()) continue;
+      PLUMB_CHECK(e.is_number_integer(), "{}: eos_token_id holds a non-integer {}", path, e.dump());
+      ids.push_back(e.get<int64_t>());
+    }
+  }
+  std::vector<int32_t> out;
+  for (int64_t id : ids) {
+    PLUMB_CHECK(id >= 0 && id < config.vocab_size, "{}: eos token id {} is outside the vocabulary ({})", model_dir, id,
+                config.vocab_size);
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(static_cast<int32_t>(id));
+  }
+  return out;
 }
 
 GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,

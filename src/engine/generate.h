@@ -33,4 +33,7 @@ GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>&
 // Opens DIR as a model on `backend`.
 Qwen3NextModel open_model(const std::string& model_dir, Backend& backend);
 
+// The ids that end generation by default: config.json's eos_token_id and those of generation_config.json, if any.
+std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelConfig& config);
+
 }  // namespace plumb

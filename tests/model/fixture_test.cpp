@@ -15,17 +15,34 @@
 namespace plumb {
 namespace {
 
-// The fixture models; a missing one fails its tests.
+// Model folders with references made by transformers, relative to the repository root; a missing one fails its
+// tests. The fixtures come from tools/make_fixtures.py, the default model from tools/train_demo_model.py.
 const char* const kFixtures[] = {
-    "qwen3_next_moe",           "qwen3_next_tied",     "qwen3_5_dense",   "qwen3_5_moe",     "qwen3_next_moe_sharded",
-    "qwen3_5_moe_other_layout", "qwen3_5_moe_wrapped", "qwen3_next_bf16", "qwen3_next_fp16", "qwen3_next_fp8",
+    "tests/fixtures/models/qwen3_next_moe",
+    "tests/fixtures/models/qwen3_next_tied",
+    "tests/fixtures/models/qwen3_5_dense",
+    "tests/fixtures/models/qwen3_5_moe",
+    "tests/fixtures/models/qwen3_next_moe_sharded",
+    "tests/fixtures/models/qwen3_5_moe_other_layout",
+    "tests/fixtures/models/qwen3_5_moe_wrapped",
+    "tests/fixtures/models/qwen3_next_bf16",
+    "tests/fixtures/models/qwen3_next_fp16",
+    "tests/fixtures/models/qwen3_next_fp8",
+    "tests/fixtures/models/qwen3_next_chat",
+    "models/default",
 };
 
 // The CPU path accumulates in FP32 like the FP32 reference; 1e-4 absolute on logits is the bound.
 constexpr float kLogitTolerance = 1e-4f;
 
 std::string model_dir(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
+  return test::source_dir() + "/" + name;
+}
+
+// The greedy continuations of a reference: one object, or a list of them.
+std::vector<nlohmann::json> greedy_cases(const nlohmann::json& ref) {
+  const nlohmann::json& greedy = ref["greedy"];
+  return greedy.is_array() ? greedy.get<std::vector<nlohmann::json>>() : std::vector<nlohmann::json>{greedy};
 }
 
 nlohmann::json read_reference(const std::string& name) {
@@ -64,11 +81,13 @@ TEST_P(Fixture, GreedyContinuationMatchesTransformers) {
   const std::string name = GetParam();
   const nlohmann::json ref = read_reference(name);
   const Qwen3NextModel model = open_model(model_dir(name), backend_);
-  const std::vector<int32_t> prompt = ids_of(ref["greedy"]["prompt"]);
-  const std::vector<int32_t> expected = ids_of(ref["greedy"]["generated"]);
-  GenerateOptions options;
-  options.max_tokens = static_cast<int64_t>(expected.size());
-  EXPECT_EQ(generate(model, prompt, options).tokens, expected) << name;
+  for (const nlohmann::json& greedy : greedy_cases(ref)) {
+    const std::vector<int32_t> prompt = ids_of(greedy["prompt"]);
+    const std::vector<int32_t> expected = ids_of(greedy["generated"]);
+    GenerateOptions options;
+    options.max_tokens = static_cast<int64_t>(expected.size());
+    EXPECT_EQ(generate(model, prompt, options).tokens, expected) << name;
+  }
 }
 
 // The chunked and the token-by-token delta rule agree through the whole model, and a prefill split into a prefill
@@ -107,7 +126,10 @@ TEST_P(Fixture, SplitPrefillAndDecodeMatchOnePrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Fixture, ::testing::ValuesIn(kFixtures),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           const std::string path = info.param;
+                           return path.substr(path.rfind('/') + 1);
+                         });
 
 }  // namespace
 }  // namespace plumb
