@@ -1,24 +1,21 @@
 // plumb logits | generate | inspect: running a model folder from the command line.
 #include <cstdio>
 #include <map>
+#include <optional>
 
-#include "backends/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/model_report.h"
 #include "cli/parse.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/npy.h"
 #include "engine/generate.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace plumb::cli {
 namespace {
-
-// The backend named by --device. The CUDA backend plugs in here once it is built.
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  PLUMB_CHECK(device == "cpu", "--device {}: this build of plumb runs on the cpu only", device);
-  return std::make_unique<CpuBackend>();
-}
 
 void print_hash(const char* what, const Tensor& t) {
   std::printf("%s %016llx\n", what, static_cast<unsigned long long>(fnv1a64(t.data(), t.nbytes())));
@@ -60,29 +57,56 @@ void run_logits(const LogitsArgs& a) {
 }
 
 struct GenerateArgs {
-  std::string model, ids, device = "cpu", stop_ids;
+  std::string model, ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   SamplingParams sampling;
   bool print_ids = false, ignore_eos = false;
 };
 
+// The prompt's ids: --ids as given, --prompt through the model folder's tokenizer, --chat through its chat template
+// (one user message, then the assistant's turn).
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<tokenizer::Tokenizer>& tok,
+                                int64_t vocab) {
+  PLUMB_CHECK(a.ids.empty() + a.prompt.empty() + a.chat.empty() == 2, "generate needs exactly one of --ids, --prompt "
+              "and --chat");
+  if (!a.ids.empty()) return parse_token_ids(a.ids, "--ids", vocab);
+  std::string text = a.prompt;
+  if (!a.chat.empty()) {
+    const nlohmann::ordered_json kwargs = {{"messages", {{{"role", "user"}, {"content", a.chat}}}},
+                                           {"add_generation_prompt", true}};
+    text = tokenizer::render_chat(tokenizer::ChatTemplate::from_dir(a.model), kwargs);
+  }
+  std::vector<int32_t> ids = tok->encode(text);
+  PLUMB_CHECK(!ids.empty(), "the prompt encodes to no tokens");
+  for (int32_t id : ids)
+    PLUMB_CHECK(id < vocab, "{}/tokenizer.json gives token id {}, outside the model's vocabulary of {}", a.model, id,
+                vocab);
+  return ids;
+}
+
 void run_generate(const GenerateArgs& a) {
   const auto backend = make_backend(a.device);
   const Qwen3NextModel model = open_model(a.model, *backend);
   const int64_t vocab = model.config().vocab_size;
-  PLUMB_CHECK(!a.ids.empty(), "generate needs --ids (text prompts need a tokenizer: --prompt)");
-  const std::vector<int32_t> prompt = parse_token_ids(a.ids, "--ids", vocab);
+  std::optional<tokenizer::Tokenizer> tok;
+  if (a.ids.empty()) tok = tokenizer::Tokenizer::from_dir(a.model);
+  const std::vector<int32_t> prompt = prompt_ids(a, tok, vocab);
   GenerateOptions options;
   options.max_tokens = a.max_tokens;
   options.sampling = a.sampling;
   options.stop_ids = a.stop_ids.empty() ? default_stop_ids(a.model, model.config())
                                         : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
   if (a.ignore_eos) options.stop_ids.clear();
+  // Text is printed as it streams, whole UTF-8 characters at a time; without a tokenizer, ids are.
+  std::optional<tokenizer::StreamDecoder> text;
+  if (tok && !a.print_ids) text.emplace(*tok, tokenizer::SpecialTokens::kSkip);
   const GenerateResult result = generate(model, prompt, options, [&](int32_t id) {
     if (a.print_ids) return;
-    std::printf("%d ", id);
+    if (text) std::fputs(text->push(id).c_str(), stdout);
+    else std::printf("%d ", id);
     std::fflush(stdout);
   });
+  if (text) std::fputs(text->flush().c_str(), stdout);
   if (a.print_ids) {
     for (size_t i = 0; i < result.tokens.size(); ++i) std::printf(i ? " %d" : "%d", result.tokens[i]);
   }
@@ -108,6 +132,8 @@ void register_model_commands(CLI::App& app) {
   CLI::App* gen = app.add_subcommand("generate", "Generate tokens after a prompt");
   gen->add_option("--model", gen_args->model, "model folder")->required();
   gen->add_option("--ids", gen_args->ids, "prompt token ids, comma-separated");
+  gen->add_option("--prompt", gen_args->prompt, "prompt text, encoded with the model folder's tokenizer.json");
+  gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
   gen->add_option("--max-tokens", gen_args->max_tokens, "most tokens to generate");
   gen->add_option("--temperature", gen_args->sampling.temperature, "0 for greedy");
   gen->add_option("--top-k", gen_args->sampling.top_k, "keep the k most likely tokens (0: all)");

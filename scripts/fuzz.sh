@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the tokenizer libFuzzer target with clang (-fsanitize=fuzzer,address,undefined) and runs it for a bounded
+# time. Exits non-zero on a crash, a hang (-timeout), a sanitizer report or a failed invariant; the crashing input is
+# left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>`.
+#   scripts/fuzz.sh [SECONDS]        (default 60)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+seconds=${1:-60}
+out="$root/build-fuzz"
+mkdir -p "$out/corpus"
+cd "$out"
+
+cxx=${CXX_FUZZ:-clang++}
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -DFMT_HEADER_ONLY -I"$root/src" $(pkg-config --cflags libpcre2-8 libutf8proc))
+sources=("$root"/src/core/error.cpp "$root"/src/tokenizer/*.cpp "$root"/src/tokenizer/jinja/*.cpp
+         "$root"/fuzz/tokenizer_fuzz.cpp)
+# Rebuild only when a source is newer than the binary: the fuzzer binary takes a while to compile.
+if [ ! -x tokenizer_fuzz ] || [ -n "$(find "$root/src/tokenizer" "$root/src/core" "$root/fuzz" -newer tokenizer_fuzz -name '*.[ch]*' | head -n 1)" ]; then
+  echo "fuzz.sh: building tokenizer_fuzz"
+  "$cxx" "${flags[@]}" "${sources[@]}" -o tokenizer_fuzz $(pkg-config --libs libpcre2-8 libutf8proc)
+fi
+
+# Seeds: fixture texts (selector byte 0), the templates (2) and conversations (3).
+python3 - "$root" corpus <<'PY'
+import json, os, sys
+root, corpus = sys.argv[1], sys.argv[2]
+fx = os.path.join(root, "tests/fixtures/tokenizer")
+def seed(name, selector, text):
+    with open(os.path.join(corpus, name), "wb") as f:
+        f.write(bytes([selector]) + text.encode("utf-8"))
+for i, r in enumerate(json.load(open(os.path.join(fx, "tiny/encode.json")))[:60]):
+    seed(f"text{i}", 0, r["text"])
+seed("template-tiny", 2, json.load(open(os.path.join(fx, "tiny/tokenizer_config.json")))["chat_template"])
+qwen = os.path.join(root, ".cache/qwen3-tokenizer/tokenizer_config.json")
+if os.path.exists(qwen):
+    seed("template-qwen3", 2, json.load(open(qwen))["chat_template"])
+for i, r in enumerate(json.load(open(os.path.join(fx, "tiny/render.json")))[:10]):
+    seed(f"conversation{i}", 3, json.dumps(r["kwargs"], ensure_ascii=False))
+PY
+
+echo "fuzz.sh: fuzzing for ${seconds}s"
+PLUMB_SOURCE_DIR="$root" ./tokenizer_fuzz corpus -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+  -max_len=4096 -print_final_stats=1
