@@ -23,9 +23,7 @@ import os
 import random
 import time
 
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-              r"\s*[\r\n]+|\s+(?!\S)|\s+")
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+from qwen_style_bpe import train_qwen_style_bpe
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Texts
@@ -224,17 +222,7 @@ def make_conversations(seed, count, fixed, tiny):
 
 
 def train_tiny(texts):
-    from tokenizers import Tokenizer, Regex, decoders, models, normalizers, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=384, min_frequency=2, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    return tok
+    return train_qwen_style_bpe(texts, 384)
 
 
 def variant_specs():
