@@ -10,7 +10,14 @@ cmake --build build/release --target plumb -j"$(nproc)"
 plumb=build/release/bin/plumb
 "$plumb" inspect --model models/default --context 1024
 echo
-if [ $# -eq 0 ]; then
-  set -- --prompt "Once upon a time" --max-tokens 48
+if [ $# -gt 0 ]; then
+  exec "$plumb" generate --model models/default "$@"
 fi
-"$plumb" generate --model models/default "$@"
+# The default model is small: sampling reads better than greedy decoding, which falls into loops.
+sample=(--temperature 0.8 --top-p 0.9 --repetition-penalty 1.1 --seed 1 --max-tokens 64)
+prompt="And the LORD said unto Moses,"
+printf '%s' "$prompt"
+"$plumb" generate --model models/default --prompt "$prompt" "${sample[@]}"
+echo
+printf '> Tell me a fortune.\n'
+"$plumb" generate --model models/default --chat "Tell me a fortune." "${sample[@]}"
