@@ -10,8 +10,10 @@ declare -A allowed=(
   [model]="core ops model"
   [loader]="core ops model loader"
   [tokenizer]="core tokenizer"
-  [engine]="core ops model loader engine"
-  [cli]="core ops backends model loader tokenizer engine cli"
+  [scheduler]="core scheduler"
+  [engine]="core ops model loader scheduler engine"
+  [server]="core tokenizer engine server"
+  [cli]="core ops backends model loader tokenizer scheduler engine server cli"
 )
 status=0
 checked=0

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   plumb::cli::register_model_commands(app);
   plumb::cli::register_tokenizer_commands(app);
+  plumb::cli::register_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -27,9 +28,16 @@ Sampler::Sampler(SamplingParams params) : params_(params) {
   PLUMB_CHECK(params_.min_p >= 0.0f && params_.min_p <= 1.0f, "min_p must be in [0, 1], got {}", params_.min_p);
   PLUMB_CHECK(params_.repetition_penalty > 0.0f && std::isfinite(params_.repetition_penalty),
               "repetition_penalty must be a finite number > 0, got {}", params_.repetition_penalty);
+  PLUMB_CHECK(params_.presence_penalty >= -2.0f && params_.presence_penalty <= 2.0f,
+              "presence_penalty must be in [-2, 2], got {}", params_.presence_penalty);
+  PLUMB_CHECK(params_.frequency_penalty >= -2.0f && params_.frequency_penalty <= 2.0f,
+              "frequency_penalty must be in [-2, 2], got {}", params_.frequency_penalty);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step) const {
+int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step,
+                        int64_t prompt_length) const {
+  PLUMB_CHECK(prompt_length >= 0 && static_cast<size_t>(prompt_length) <= history.size(),
+              "prompt_length {} is outside the history of {} tokens", prompt_length, history.size());
   std::vector<float> scores(logits, logits + vocab);
   if (params_.repetition_penalty != 1.0f) {
     // As transformers' RepetitionPenaltyLogitsProcessor: divide positive scores, multiply negative ones.
@@ -38,6 +46,15 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
       if (id < 0 || id >= vocab) continue;
       float& s = scores[id];
       s = s > 0 ? s / params_.repetition_penalty : s * params_.repetition_penalty;
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    // OpenAI's formula: score -= count * frequency_penalty + (count > 0) * presence_penalty, over generated tokens.
+    std::unordered_map<int32_t, int64_t> counts;
+    for (size_t i = static_cast<size_t>(prompt_length); i < history.size(); ++i) ++counts[history[i]];
+    for (const auto& [id, count] : counts) {
+      if (id < 0 || id >= vocab) continue;
+      scores[id] -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
     }
   }
   if (params_.temperature == 0.0f)

@@ -1,6 +1,6 @@
-// Choosing the next token from logits: greedy, or sampled with temperature, top-k, top-p and min-p after an optional
-// repetition penalty. Randomness comes from a counter-based generator keyed by (seed, step), so a seed reproduces a
-// run exactly, on any machine.
+// Choosing the next token from logits: greedy, or sampled with temperature, top-k, top-p and min-p after optional
+// repetition, presence and frequency penalties. Randomness comes from a counter-based generator keyed by (seed, step),
+// so a seed reproduces a run exactly, on any machine.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,8 @@ struct SamplingParams {
   float top_p = 1.0f;               // 1: off
   float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // 1: off; >1 makes tokens already seen less likely (as in transformers)
+  float presence_penalty = 0.0f;    // 0: off; subtracted once from every token generated so far (as in OpenAI)
+  float frequency_penalty = 0.0f;   // 0: off; subtracted once per time a token was generated so far (as in OpenAI)
   uint64_t seed = 0;
 };
 
@@ -23,9 +25,11 @@ double uniform_from_counter(uint64_t seed, uint64_t counter);
 class Sampler {
  public:
   explicit Sampler(SamplingParams params);
-  // Picks a token from one row of logits [V]. `history` holds the prompt and the tokens generated so far (for the
-  // repetition penalty); `step` numbers the draw so a seeded run is reproducible.
-  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step) const;
+  // Picks a token from one row of logits [V]. `history` holds the prompt and the tokens generated so far; its first
+  // `prompt_length` tokens are the prompt, which the repetition penalty counts and the presence and frequency
+  // penalties do not (as OpenAI and vLLM do). `step` numbers the draw so a seeded run is reproducible.
+  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step,
+                 int64_t prompt_length = 0) const;
   const SamplingParams& params() const { return params_; }
 
  private:

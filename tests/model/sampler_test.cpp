@@ -1,4 +1,5 @@
-// Token selection: greedy, each filter, the repetition penalty, seeded reproducibility and the sampled distribution.
+// Token selection: greedy, each filter, the repetition, presence and frequency penalties, seeded reproducibility
+// and the sampled distribution.
 #include "engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +74,20 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   EXPECT_EQ(penalized.sample(negative.data(), 2, {1}, 0), 0);  // -0.6 → -1.2
 }
 
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountOnlyGeneratedTokens) {
+  // Scores 1.0, 3.0, 2.5, -1.0, 3.0, 0.0; history = prompt {1} then generated {4, 4}.
+  const std::vector<int32_t> history = {1, 4, 4};
+  // Presence 0.6: token 4 drops to 2.4 once, token 1 is only in the prompt and keeps 3.0.
+  EXPECT_EQ(Sampler({.presence_penalty = 0.6f}).sample(kLogits.data(), 6, history, 0, 1), 1);
+  // Counted from the start, the prompt's token 1 is penalized too: 2.5 wins.
+  EXPECT_EQ(Sampler({.presence_penalty = 0.6f}).sample(kLogits.data(), 6, history, 0, 0), 2);
+  // Frequency 0.3 counts token 4 twice (3.0 → 2.4) and token 1 not at all.
+  EXPECT_EQ(Sampler({.frequency_penalty = 0.3f}).sample(kLogits.data(), 6, {4, 4, 1}, 0, 0), 1);
+  // Negative penalties promote: token 5 (0.0) generated once with presence -2 and frequency -2 gets 4.0.
+  EXPECT_EQ(Sampler({.presence_penalty = -2.0f, .frequency_penalty = -2.0f}).sample(kLogits.data(), 6, {5}, 0, 0), 5);
+  EXPECT_THROW(Sampler({}).sample(kLogits.data(), 6, {1}, 0, 2), Error);
+}
+
 TEST(Sampler, RefusesInvalidParameters) {
   EXPECT_THROW(Sampler({.temperature = -1.0f}), Error);
   EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
@@ -81,6 +96,8 @@ TEST(Sampler, RefusesInvalidParameters) {
   EXPECT_THROW(Sampler({.top_k = -3}), Error);
   EXPECT_THROW(Sampler({.repetition_penalty = 0.0f}), Error);
   EXPECT_THROW(Sampler({.temperature = NAN}), Error);
+  EXPECT_THROW(Sampler({.presence_penalty = 2.5f}), Error);
+  EXPECT_THROW(Sampler({.frequency_penalty = NAN}), Error);
 }
 
 }  // namespace

@@ -1,0 +1,97 @@
+// plumb serve: the OpenAI-compatible HTTP server over one model folder, with continuous batching.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/device.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/model_runner.h"
+#include "server/prompt.h"
+#include "server/server.h"
+
+namespace plumb::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", device = "cpu", api_key, served_model_name;
+  uint16_t port = 8000;
+  int32_t max_batch = 32;
+  int64_t max_queue = 256;
+  int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
+  int64_t kv_pages = 0;        // 0: room for every slot to hold a full context
+  int64_t kv_page_tokens = 16;
+};
+
+void run_serve(const ServeArgs& a) {
+  // SIGINT and SIGTERM are blocked in every thread (new threads inherit the mask) and taken by one watcher thread,
+  // so shutdown runs as ordinary code rather than in a signal handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const auto backend = make_backend(a.device);
+  const Qwen3NextModel model = open_model(a.model, *backend);
+  const server::ModelText text = server::ModelText::from_dir(a.model);
+  PLUMB_CHECK(a.max_batch >= 1, "--max-batch must be >= 1, got {}", a.max_batch);
+  ModelRunner runner(model, a.max_batch);
+  const int64_t context = runner.max_context();
+  SchedulerConfig scheduler;
+  scheduler.max_running = a.max_batch;
+  scheduler.max_waiting = a.max_queue;
+  scheduler.prefill_chunk = a.prefill_chunk;
+  scheduler.step_tokens = a.max_batch + 4 * a.prefill_chunk;
+  scheduler.kv_page_tokens = a.kv_page_tokens;
+  scheduler.kv_pages =
+      a.kv_pages > 0 ? a.kv_pages : a.max_batch * ((context + a.kv_page_tokens - 1) / a.kv_page_tokens);
+  Engine engine(runner, scheduler);
+
+  server::ServerOptions options;
+  options.host = a.host;
+  options.port = a.port;
+  options.api_key = a.api_key;
+  options.model_name = a.served_model_name.empty()
+                           ? std::filesystem::path(a.model).lexically_normal().filename().string()
+                           : a.served_model_name;
+  if (options.model_name.empty()) options.model_name = std::filesystem::absolute(a.model).parent_path().filename();
+  server::Server server(engine, text, options);
+  std::printf("plumb serve: listening on http://%s:%u (model \"%s\", device %s, max batch %d)\n", a.host.c_str(),
+              static_cast<unsigned>(server.port()), options.model_name.c_str(), a.device.c_str(), a.max_batch);
+  std::fflush(stdout);
+
+  std::thread watcher([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    server.stop();  // no new connections or requests
+    engine.stop();  // in-flight requests end; their handlers answer and return
+  });
+  server.run();
+  watcher.join();
+}
+
+}  // namespace
+
+void register_serve_commands(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* serve = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  serve->add_option("--model", args->model, "model folder (with tokenizer.json)")->required();
+  serve->add_option("--host", args->host, "address to listen on");
+  serve->add_option("--port", args->port, "port to listen on (0: any free port)");
+  serve->add_option("--device", args->device, "cpu");
+  serve->add_option("--max-batch", args->max_batch, "sequences running at once");
+  serve->add_option("--max-queue", args->max_queue, "requests waiting at most; more get 429");
+  serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");
+  serve->add_option("--kv-pages", args->kv_pages, "KV-cache pages (0: a full context for every sequence)");
+  serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
+  serve->add_option("--served-model-name", args->served_model_name, "model id clients use (default: folder name)");
+  serve->callback([args] { run_serve(*args); });
+}
+
+}  // namespace plumb::cli

@@ -1,0 +1,207 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "core/error.h"
+
+namespace plumb {
+
+namespace {
+
+constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI allows
+
+// The drawn token's log-softmax and the `top` most likely tokens' (best first, ties to the lower id), from one row of
+// raw logits [V]; the normalizer is summed in double.
+GeneratedToken token_with_logprobs(const float* logits, int64_t vocab, int32_t id, int32_t top) {
+  const float max = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  const double log_normalizer = max + std::log(sum);
+  auto logprob = [&](int32_t t) { return static_cast<float>(logits[t] - log_normalizer); };
+  GeneratedToken token{id, logprob(id), {}};
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const auto n = static_cast<std::ptrdiff_t>(std::min<int64_t>(top, vocab));
+  std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (std::ptrdiff_t i = 0; i < n; ++i) token.top.push_back({order[static_cast<size_t>(i)], logprob(order[i])});
+  return token;
+}
+
+}  // namespace
+
+std::vector<EngineEvent> RequestStream::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  return std::exchange(events_, {});
+}
+
+void RequestStream::push(EngineEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+Engine::Engine(Runner& runner, SchedulerConfig config) : runner_(runner), scheduler_(config) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  stop();
+}
+
+Submission Engine::submit(EngineRequest request) {
+  const int64_t vocab = runner_.vocab_size();
+  PLUMB_CHECK(!request.prompt.empty(), "the prompt is empty");
+  for (int32_t id : request.prompt) PLUMB_CHECK(id >= 0 && id < vocab, "prompt token {} is not in [0, {})", id, vocab);
+  for (int32_t id : request.stop_ids) PLUMB_CHECK(id >= 0 && id < vocab, "stop token {} is not in [0, {})", id, vocab);
+  PLUMB_CHECK(request.max_tokens >= 1, "max_tokens must be >= 1, got {}", request.max_tokens);
+  PLUMB_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= kMaxTopLogprobs,
+              "top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, request.top_logprobs);
+  Sampler sampler(request.sampling);  // validates the sampling parameters
+  const auto prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  if (prompt_tokens + request.max_tokens > runner_.max_context()) return {SubmitStatus::kTooLong, 0, nullptr};
+
+  std::lock_guard lock(mutex_);
+  if (stopping_) return {SubmitStatus::kShuttingDown, 0, nullptr};
+  const SequenceId id = next_id_;
+  switch (scheduler_.submit({id, prompt_tokens, request.max_tokens})) {
+    case Admission::kQueueFull:
+      return {SubmitStatus::kQueueFull, 0, nullptr};
+    case Admission::kNeverFits:
+      return {SubmitStatus::kTooLong, 0, nullptr};
+    case Admission::kQueued:
+      break;
+  }
+  ++next_id_;
+  auto active = std::make_shared<Active>(Active{std::move(request), sampler, std::make_shared<RequestStream>(), {}});
+  active->tokens = active->request.prompt;
+  active_.emplace(id, active);
+  wake_.notify_all();
+  return {SubmitStatus::kQueued, id, active->stream};
+}
+
+void Engine::end(SequenceId id, EngineEvent last) {
+  const auto it = active_.find(id);
+  if (it == active_.end()) return;
+  it->second->stream->push(std::move(last));
+  if (it->second->slot >= 0) released_slots_.push_back(it->second->slot);
+  active_.erase(it);
+}
+
+void Engine::cancel(SequenceId id) {
+  std::lock_guard lock(mutex_);
+  if (!scheduler_.cancel(id)) return;
+  end(id, EngineEvent{std::nullopt, StopCause::kCancelled, {}});
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mutex_);
+  while (!active_.empty()) {
+    const SequenceId id = active_.begin()->first;
+    scheduler_.cancel(id);
+    end(id, EngineEvent{std::nullopt, StopCause::kShutdown, {}});
+  }
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mutex_);
+  return EngineStats{scheduler_.waiting(),
+                     scheduler_.running(),
+                     scheduler_.slots().used(),
+                     scheduler_.slots().capacity(),
+                     scheduler_.pages().used(),
+                     scheduler_.pages().capacity(),
+                     steps_};
+}
+
+void Engine::loop() {
+  for (;;) {
+    StepPlan plan;
+    std::vector<std::shared_ptr<Active>> active;  // [plan.work]
+    std::vector<int32_t> released;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !scheduler_.idle(); });
+      if (stopping_) return;
+      plan = scheduler_.schedule();
+      for (const ScheduledWork& w : plan.work) {
+        active.push_back(active_.at(w.id));
+        active.back()->slot = w.slot;
+      }
+      released.swap(released_slots_);
+    }
+    // Safe even for a slot this plan reuses: a reused slot's first work starts at 0, which rebuilds its state.
+    for (int32_t slot : released) runner_.release(slot);
+    // A request cancelled from here on still runs this step; complete() then skips it and its results are dropped.
+    run_step(plan, active);
+  }
+}
+
+void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active) {
+  std::vector<RunnerEntry> batch;  // [plan.work]
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
+    const auto first = active[i]->tokens.begin() + static_cast<std::ptrdiff_t>(w.start);
+    batch.push_back(RunnerEntry{w.slot, w.start, std::vector<int32_t>(first, first + w.count)});
+  }
+  std::vector<float> logits;  // [work, V]
+  std::string error;
+  try {
+    logits = runner_.forward(batch);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+
+  std::lock_guard lock(mutex_);
+  ++steps_;
+  const int64_t vocab = runner_.vocab_size();
+  std::vector<std::pair<SequenceId, EngineEvent>> events;  // sent after complete() has retired what is done
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
+    if (!active_.count(w.id)) continue;  // cancelled during the step
+    Active& a = *active[i];
+    if (!error.empty()) {
+      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, error}});
+      continue;
+    }
+    if (!w.samples) continue;
+    const float* row = logits.data() + i * static_cast<size_t>(vocab);
+    const auto generated = static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size());
+    const int32_t id = a.sampler.sample(row, vocab, a.tokens, generated, static_cast<int64_t>(a.request.prompt.size()));
+    const std::vector<int32_t>& stops = a.request.stop_ids;
+    if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kStopToken, {}}});
+      continue;
+    }
+    a.tokens.push_back(id);
+    GeneratedToken token{id, 0.0f, {}};
+    if (a.request.top_logprobs >= 0) token = token_with_logprobs(row, vocab, id, a.request.top_logprobs);
+    events.push_back({w.id, EngineEvent{token, std::nullopt, {}}});
+  }
+  for (const auto& [id, event] : events)
+    if (event.finish) scheduler_.finish(id);
+  const std::vector<SequenceId> retired = scheduler_.complete(plan);
+  for (auto& [id, event] : events) {
+    if (std::find(retired.begin(), retired.end(), id) != retired.end()) event.finish = StopCause::kLength;
+    if (event.finish) {
+      end(id, std::move(event));
+    } else {
+      active_.at(id)->stream->push(std::move(event));
+    }
+  }
+}
+
+}  // namespace plumb

@@ -1,0 +1,136 @@
+// The serving engine: many requests at once over one Runner. A step thread loops schedule -> forward -> sample ->
+// stream events; submit() and cancel() may be called from any thread. Every request gets its own RequestStream of
+// events, ending with exactly one event that carries a finish cause.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "scheduler/scheduler.h"
+
+namespace plumb {
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;  // log-softmax of the model's raw logits
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;  // the most likely tokens, best first (only when logprobs were asked for)
+};
+
+enum class StopCause {
+  kStopToken,  // a stop id was drawn (it is not streamed)
+  kLength,     // max_tokens were generated
+  kCancelled,  // cancel() was called
+  kShutdown,   // the engine stopped before the request finished
+  kError,      // the runner failed; `error` says why
+};
+
+struct EngineEvent {
+  std::optional<GeneratedToken> token;  // a new token
+  std::optional<StopCause> finish;      // set on the request's last event
+  std::string error;                    // with kError
+};
+
+// A thread-safe queue of one request's events.
+class RequestStream {
+ public:
+  // The pending events, waiting up to `timeout` for the first one (empty on timeout).
+  std::vector<EngineEvent> wait(std::chrono::milliseconds timeout);
+  void push(EngineEvent event);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::vector<EngineEvent> events_;
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // ids, each < vocab
+  int64_t max_tokens = 16;      // >= 1
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;  // drawing one ends the request
+  int32_t top_logprobs = -1;      // -1: no logprobs; 0..20: the drawn token's logprob and this many alternatives
+};
+
+enum class SubmitStatus {
+  kQueued,
+  kQueueFull,  // the waiting queue is full: try again later
+  kTooLong,    // prompt + max_tokens exceed the context or the KV pool
+  kShuttingDown,
+};
+
+struct Submission {
+  SubmitStatus status = SubmitStatus::kQueued;
+  SequenceId id = 0;
+  std::shared_ptr<RequestStream> stream;  // set when queued
+};
+
+struct EngineStats {
+  int64_t waiting = 0;
+  int32_t running = 0;
+  int32_t state_slots_used = 0;
+  int32_t state_slots_total = 0;
+  int64_t kv_pages_used = 0;
+  int64_t kv_pages_total = 0;
+  uint64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // Starts the step thread. `runner` must have at least config.max_running slots and outlive the engine.
+  Engine(Runner& runner, SchedulerConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws plumb::Error (naming the field) on an invalid one.
+  Submission submit(EngineRequest request);
+  // Ends a request at once: its slot and pages are freed and its stream ends with kCancelled. Unknown ids are ignored.
+  void cancel(SequenceId id);
+  // Ends every request (kShutdown) and joins the step thread; later submissions get kShuttingDown.
+  void stop();
+
+  EngineStats stats() const;
+  int64_t vocab_size() const { return runner_.vocab_size(); }
+  int64_t max_context() const { return runner_.max_context(); }
+
+ private:
+  struct Active {
+    EngineRequest request;
+    Sampler sampler;
+    std::shared_ptr<RequestStream> stream;
+    std::vector<int32_t> tokens;  // prompt, then the drawn tokens
+    int32_t slot = -1;            // its state slot once scheduled
+  };
+  void loop();
+  void run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active);
+  void end(SequenceId id, EngineEvent last);  // under mutex_: removes the request and pushes its last event
+
+  Runner& runner_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  Scheduler scheduler_;
+  std::unordered_map<SequenceId, std::shared_ptr<Active>> active_;
+  SequenceId next_id_ = 1;
+  bool stopping_ = false;
+  std::vector<int32_t> released_slots_;  // slots of ended requests, freed in the runner before the next step
+  uint64_t steps_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace plumb

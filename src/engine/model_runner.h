@@ -1,0 +1,25 @@
+// The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one forward call per sequence per step.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "engine/runner.h"
+#include "model/qwen3_next.h"
+
+namespace plumb {
+
+class ModelRunner final : public Runner {
+ public:
+  ModelRunner(const Qwen3NextModel& model, int32_t slots);
+  int64_t vocab_size() const override;
+  int64_t max_context() const override;
+  std::vector<float> forward(const std::vector<RunnerEntry>& batch) override;
+  void release(int32_t slot) override;
+
+ private:
+  const Qwen3NextModel& model_;
+  std::vector<std::optional<SequenceState>> states_;  // [slots]
+};
+
+}  // namespace plumb

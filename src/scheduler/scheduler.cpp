@@ -1,0 +1,111 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace plumb {
+
+int64_t StepPlan::tokens() const {
+  int64_t n = 0;
+  for (const ScheduledWork& w : work) n += w.count;
+  return n;
+}
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(config), slots_(config.max_running), pages_(config.kv_pages, config.kv_page_tokens) {
+  PLUMB_CHECK(config_.max_waiting >= 0, "max_waiting must be >= 0, got {}", config_.max_waiting);
+  PLUMB_CHECK(config_.prefill_chunk > 0, "prefill_chunk must be > 0, got {}", config_.prefill_chunk);
+  // Room for a decode token of every running sequence plus one whole chunk, so every prefill makes progress.
+  PLUMB_CHECK(config_.step_tokens >= config_.max_running + config_.prefill_chunk,
+              "step_tokens ({}) must be at least max_running ({}) + prefill_chunk ({})", config_.step_tokens,
+              config_.max_running, config_.prefill_chunk);
+}
+
+Admission Scheduler::submit(const SequenceSpec& spec) {
+  PLUMB_CHECK(spec.prompt_tokens >= 1 && spec.max_new_tokens >= 1,
+              "sequence {} needs a prompt token and a new token at least, got {} and {}", spec.id, spec.prompt_tokens,
+              spec.max_new_tokens);
+  if (pages_.pages_for(spec.prompt_tokens + spec.max_new_tokens) > pages_.capacity()) return Admission::kNeverFits;
+  if (static_cast<int64_t>(waiting_.size()) >= config_.max_waiting) return Admission::kQueueFull;
+  waiting_.push_back(spec);
+  return Admission::kQueued;
+}
+
+std::optional<size_t> Scheduler::find_running(SequenceId id) const {
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (running_[i].spec.id == id) return i;
+  return std::nullopt;
+}
+
+void Scheduler::release(const Sequence& s) {
+  slots_.release(s.slot);
+  pages_.release(s.pages);
+}
+
+bool Scheduler::cancel(SequenceId id) {
+  const auto queued = std::find_if(waiting_.begin(), waiting_.end(), [&](const SequenceSpec& s) { return s.id == id; });
+  if (queued != waiting_.end()) {
+    waiting_.erase(queued);
+    return true;
+  }
+  const std::optional<size_t> i = find_running(id);
+  if (!i) return false;
+  release(running_[*i]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(*i));
+  return true;
+}
+
+void Scheduler::finish(SequenceId id) {
+  PLUMB_CHECK(cancel(id), "sequence {} is not known to the scheduler", id);
+}
+
+void Scheduler::admit() {
+  // First come, first served: a request that does not fit holds back those behind it, so none starves.
+  while (!waiting_.empty() && slots_.has_free()) {
+    const SequenceSpec& spec = waiting_.front();
+    const int64_t pages = pages_.pages_for(spec.prompt_tokens + spec.max_new_tokens);
+    if (!pages_.can_reserve(pages)) break;
+    pages_.reserve(pages);
+    running_.push_back(Sequence{spec, slots_.acquire(), pages, 0, 0});
+    waiting_.pop_front();
+  }
+}
+
+StepPlan Scheduler::schedule() {
+  admit();
+  StepPlan plan;
+  int64_t budget = config_.step_tokens;
+  for (const Sequence& s : running_) {
+    if (s.computed < s.spec.prompt_tokens) continue;
+    plan.work.push_back(ScheduledWork{s.spec.id, s.slot, s.computed, 1, true});
+    --budget;
+  }
+  for (const Sequence& s : running_) {
+    const int64_t left = s.spec.prompt_tokens - s.computed;
+    if (left <= 0) continue;
+    const int64_t chunk = std::min(config_.prefill_chunk, left);
+    if (chunk > budget) continue;  // waits whole for a later step (see the invariant in scheduler.h)
+    plan.work.push_back(ScheduledWork{s.spec.id, s.slot, s.computed, chunk, chunk == left});
+    budget -= chunk;
+  }
+  return plan;
+}
+
+std::vector<SequenceId> Scheduler::complete(const StepPlan& plan) {
+  std::vector<SequenceId> retired;
+  for (const ScheduledWork& w : plan.work) {
+    const std::optional<size_t> i = find_running(w.id);
+    if (!i) continue;  // cancelled while the step ran
+    Sequence& s = running_[*i];
+    PLUMB_CHECK(s.computed == w.start, "sequence {}: step planned at position {} but the state is at {}", w.id, w.start,
+                s.computed);
+    s.computed += w.count;
+    if (!w.samples) continue;
+    if (++s.generated == s.spec.max_new_tokens) retired.push_back(w.id);
+  }
+  for (SequenceId id : retired) cancel(id);
+  return retired;
+}
+
+}  // namespace plumb

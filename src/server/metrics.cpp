@@ -1,0 +1,90 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace plumb::server {
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const auto bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  ++counts_[static_cast<size_t>(bucket)];
+  sum_ += value;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name) const {
+  std::string out;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, count_);
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_, name, count_);
+  return out;
+}
+
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}) {}
+
+void Metrics::count_request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::count_tokens(int64_t prompt, int64_t generated) {
+  std::lock_guard lock(mutex_);
+  prompt_tokens_ += static_cast<uint64_t>(prompt);
+  generated_tokens_ += static_cast<uint64_t>(generated);
+}
+
+void Metrics::observe_time_to_first_token(double seconds) {
+  std::lock_guard lock(mutex_);
+  ttft_.observe(seconds);
+}
+
+void Metrics::observe_inter_token_latency(double seconds) {
+  std::lock_guard lock(mutex_);
+  itl_.observe(seconds);
+}
+
+std::string Metrics::render(const EngineStats& engine) const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  auto header = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  header("plumb_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+  for (const auto& [key, count] : requests_)
+    out += fmt::format("plumb_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, count);
+  header("plumb_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
+  out += fmt::format("plumb_prompt_tokens_total {}\n", prompt_tokens_);
+  header("plumb_generation_tokens_total", "counter", "Tokens generated.");
+  out += fmt::format("plumb_generation_tokens_total {}\n", generated_tokens_);
+  header("plumb_time_to_first_token_seconds", "histogram", "From request received to first token generated.");
+  out += ttft_.render("plumb_time_to_first_token_seconds");
+  header("plumb_inter_token_latency_seconds", "histogram", "Between consecutive tokens of one request.");
+  out += itl_.render("plumb_inter_token_latency_seconds");
+  header("plumb_queue_depth", "gauge", "Requests waiting for admission.");
+  out += fmt::format("plumb_queue_depth {}\n", engine.waiting);
+  header("plumb_running_batch_size", "gauge", "Sequences in the running batch.");
+  out += fmt::format("plumb_running_batch_size {}\n", engine.running);
+  header("plumb_state_slots_used", "gauge", "Recurrent-state slots in use.");
+  out += fmt::format("plumb_state_slots_used {}\n", engine.state_slots_used);
+  header("plumb_state_slots_total", "gauge", "Recurrent-state slots.");
+  out += fmt::format("plumb_state_slots_total {}\n", engine.state_slots_total);
+  header("plumb_kv_pages_used", "gauge", "KV-cache pages reserved.");
+  out += fmt::format("plumb_kv_pages_used {}\n", engine.kv_pages_used);
+  header("plumb_kv_pages_total", "gauge", "KV-cache pages.");
+  out += fmt::format("plumb_kv_pages_total {}\n", engine.kv_pages_total);
+  header("plumb_engine_steps_total", "counter", "Engine steps run.");
+  out += fmt::format("plumb_engine_steps_total {}\n", engine.steps);
+  return out;
+}
+
+}  // namespace plumb::server

@@ -1,0 +1,69 @@
+#include "server/prompt.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace plumb::server {
+
+namespace {
+
+// The file's JSON object, or an empty object when the file is absent or not an object.
+Json read_object(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  Json j = in ? Json::parse(in, nullptr, /*allow_exceptions=*/false) : Json();
+  return j.is_object() ? j : Json::object();
+}
+
+void add_id(std::vector<int32_t>& ids, const Json& v) {
+  if (v.is_number_integer()) {
+    const auto id = v.get<int64_t>();
+    if (id >= 0 && id <= INT32_MAX && std::find(ids.begin(), ids.end(), id) == ids.end())
+      ids.push_back(static_cast<int32_t>(id));
+  } else if (v.is_array()) {
+    for (const Json& x : v) add_id(ids, x);
+  }
+}
+
+}  // namespace
+
+ModelText::ModelText(tokenizer::Tokenizer tokenizer, std::optional<tokenizer::ChatTemplate> chat_template,
+                     std::vector<int32_t> eos_ids)
+    : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)), eos_ids_(std::move(eos_ids)) {}
+
+ModelText ModelText::from_dir(const std::string& dir) {
+  const std::filesystem::path folder(dir);
+  tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_dir(dir);
+  std::optional<tokenizer::ChatTemplate> chat_template;
+  const Json tokenizer_config = read_object(folder / "tokenizer_config.json");
+  if (std::filesystem::exists(folder / "chat_template.jinja") || tokenizer_config.contains("chat_template"))
+    chat_template = tokenizer::ChatTemplate::from_dir(dir);
+
+  std::vector<int32_t> eos;
+  add_id(eos, read_object(folder / "generation_config.json").value("eos_token_id", Json()));
+  add_id(eos, read_object(folder / "config.json").value("eos_token_id", Json()));
+  Json eos_token = tokenizer_config.value("eos_token", Json());
+  if (eos_token.is_object()) eos_token = eos_token.value("content", Json());  // an AddedToken dict
+  if (eos_token.is_string()) {
+    if (const std::optional<int32_t> id = tokenizer.token_id(eos_token.get<std::string>())) add_id(eos, *id);
+  }
+  return ModelText(std::move(tokenizer), std::move(chat_template), std::move(eos));
+}
+
+std::string ModelText::render_chat(const Json& messages, const Json& tools, const Json& extra) const {
+  PLUMB_CHECK(chat_template_, "this model folder has no chat template; use /v1/completions");
+  Json kwargs = extra;
+  kwargs["messages"] = messages;
+  kwargs["add_generation_prompt"] = true;
+  if (!tools.is_null()) kwargs["tools"] = tools;
+  return tokenizer::render_chat(*chat_template_, kwargs);
+}
+
+bool prompt_opens_reasoning(const std::string& prompt) {
+  const size_t open = prompt.rfind("<think>");
+  return open != std::string::npos && prompt.find("</think>", open) == std::string::npos;
+}
+
+}  // namespace plumb::server

@@ -1,0 +1,48 @@
+// plumb serve's HTTP front end: routes, API-key check, model list, health, metrics and the chat page, over one
+// Engine and the model folder's text side. Generation requests go to serve_generation (generation.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/generation.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/prompt.h"
+
+namespace plumb::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;    // 0: an ephemeral port
+  std::string api_key;     // empty: no key needed
+  std::string model_name;  // the id of the one model served
+  HttpLimits limits;
+};
+
+class Server {
+ public:
+  // Binds the port at once (throws plumb::Error when it cannot); `engine` and `text` must outlive the server.
+  Server(Engine& engine, const ModelText& text, ServerOptions options);
+  uint16_t port() const { return http_->port(); }
+  // Serves until stop(); returns once every connection has been answered and closed.
+  void run() { http_->run(); }
+  // Thread-safe. Stops accepting; idle connections close. In-flight requests end when the engine stops.
+  void stop() { http_->stop(); }
+
+ private:
+  void handle(const HttpRequest& request, HttpExchange& exchange);
+  int route(const HttpRequest& request, HttpExchange& exchange, const std::string& endpoint);
+  int generate(const HttpRequest& request, HttpExchange& exchange, Endpoint endpoint);
+  int reply(HttpExchange& exchange, const HttpResponse& response);
+
+  ServerOptions options_;
+  Metrics metrics_;
+  ServedModel model_;
+  int64_t created_;
+  std::unique_ptr<HttpServer> http_;
+};
+
+}  // namespace plumb::server

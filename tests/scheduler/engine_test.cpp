@@ -1,0 +1,182 @@
+// The engine's step loop over a fake runner: batch invariance (a request's tokens are the same alone or among 31
+// others), stop ids, length, logprobs, cancellation freeing the slot at once, a full queue, and shutdown.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "fake_runner.h"
+
+namespace plumb {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kVocab = 50;
+
+SchedulerConfig engine_config() {
+  return SchedulerConfig{.max_running = 32,
+                         .max_waiting = 64,
+                         .step_tokens = 64,
+                         .prefill_chunk = 16,
+                         .kv_pages = 1024,
+                         .kv_page_tokens = 16};
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::vector<GeneratedToken> details;
+  std::optional<StopCause> finish;
+};
+
+Outcome drain(RequestStream& stream) {
+  Outcome out;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!out.finish && std::chrono::steady_clock::now() < deadline) {
+    for (EngineEvent& e : stream.wait(100ms)) {
+      if (e.token) {
+        out.tokens.push_back(e.token->id);
+        out.details.push_back(*e.token);
+      }
+      if (e.finish) out.finish = e.finish;
+    }
+  }
+  return out;
+}
+
+EngineRequest request(int32_t first, int64_t prompt_length, int64_t max_tokens) {
+  EngineRequest r;
+  for (int64_t i = 0; i < prompt_length; ++i) r.prompt.push_back(static_cast<int32_t>((first + 7 * i) % kVocab));
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
+  const EngineRequest probe = request(3, 40, 24);
+  Outcome alone;
+  {
+    test::FakeRunner runner(kVocab, 512);
+    Engine engine(runner, engine_config());
+    const Submission s = engine.submit(probe);
+    ASSERT_EQ(s.status, SubmitStatus::kQueued);
+    alone = drain(*s.stream);
+  }
+  ASSERT_EQ(alone.finish, StopCause::kLength);
+  ASSERT_EQ(alone.tokens.size(), 24u);
+
+  test::FakeRunner runner(kVocab, 512);
+  Engine engine(runner, engine_config());
+  std::vector<Submission> others;
+  for (int i = 0; i < 16; ++i) others.push_back(engine.submit(request(i, 5 + 3 * i, 10 + i)));
+  const Submission s = engine.submit(probe);
+  for (int i = 16; i < 31; ++i) others.push_back(engine.submit(request(i, 5 + 3 * i, 10 + i)));
+  ASSERT_EQ(s.status, SubmitStatus::kQueued);
+  const Outcome among = drain(*s.stream);
+  EXPECT_EQ(among.tokens, alone.tokens);
+  EXPECT_EQ(among.finish, StopCause::kLength);
+  for (Submission& o : others) {
+    ASSERT_EQ(o.status, SubmitStatus::kQueued);
+    EXPECT_EQ(drain(*o.stream).finish, StopCause::kLength);
+  }
+  // Every prompt ran in chunks at multiples of 16 although 32 requests competed for each step's budget.
+  for (const RunnerEntry& e : runner.calls()) {
+    if (e.tokens.size() > 1) {
+      EXPECT_EQ(e.start % 16, 0) << "a chunk starts at " << e.start;
+    }
+  }
+  EXPECT_EQ(engine.stats().state_slots_used, 0);
+  EXPECT_EQ(engine.stats().kv_pages_used, 0);
+}
+
+TEST(Engine, AStopIdEndsTheRequestWithoutBeingStreamed) {
+  test::FakeRunner runner(kVocab, 512);
+  Engine engine(runner, engine_config());
+  const Outcome free_run = drain(*engine.submit(request(1, 6, 8)).stream);
+  ASSERT_GE(free_run.tokens.size(), 3u);
+  EngineRequest stopped = request(1, 6, 8);
+  stopped.stop_ids = {free_run.tokens[2]};
+  const Outcome out = drain(*engine.submit(stopped).stream);
+  EXPECT_EQ(out.finish, StopCause::kStopToken);
+  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), free_run.tokens[2]);
+  EXPECT_EQ(out.tokens, std::vector<int32_t>(free_run.tokens.begin(), first));
+}
+
+TEST(Engine, LogprobsAreNormalizedAndSortedBestFirst) {
+  test::FakeRunner runner(kVocab, 512);
+  Engine engine(runner, engine_config());
+  EngineRequest r = request(2, 5, 4);
+  r.top_logprobs = 5;
+  const Outcome out = drain(*engine.submit(r).stream);
+  ASSERT_EQ(out.details.size(), 4u);
+  for (const GeneratedToken& t : out.details) {
+    EXPECT_TRUE(t.logprob <= 0.0f);
+    ASSERT_EQ(t.top.size(), 5u);
+    EXPECT_TRUE(std::fabs(t.top[0].logprob - t.logprob) <= 1e-6f);  // greedy draws the best token
+    for (size_t i = 1; i < t.top.size(); ++i) EXPECT_TRUE(t.top[i].logprob <= t.top[i - 1].logprob);
+  }
+  EXPECT_TRUE(drain(*engine.submit(request(2, 5, 2)).stream).details.at(0).top.empty());
+}
+
+TEST(Engine, CancelEndsTheStreamAndFreesTheSlotAtOnce) {
+  test::FakeRunner runner(kVocab, 100000);
+  SchedulerConfig config = engine_config();
+  config.kv_pages = 30000;
+  Engine engine(runner, config);
+  const Submission s = engine.submit(request(4, 8, 50000));
+  ASSERT_EQ(s.status, SubmitStatus::kQueued);
+  for (int i = 0; i < 200 && s.stream->wait(50ms).empty(); ++i) {
+  }
+  EXPECT_EQ(engine.stats().state_slots_used, 1);
+  engine.cancel(s.id);
+  EXPECT_EQ(engine.stats().state_slots_used, 0);
+  EXPECT_EQ(engine.stats().kv_pages_used, 0);
+  EXPECT_EQ(drain(*s.stream).finish, StopCause::kCancelled);
+  engine.cancel(s.id);  // a second cancel is harmless
+}
+
+TEST(Engine, RefusesWhatCannotRunAndReportsAFullQueue) {
+  test::FakeRunner runner(kVocab, 64, 5ms);
+  SchedulerConfig config = engine_config();
+  config.max_running = 1;
+  config.max_waiting = 1;
+  config.step_tokens = 17;
+  Engine engine(runner, config);
+  EXPECT_EQ(engine.submit(request(1, 60, 5)).status, SubmitStatus::kTooLong);
+  EXPECT_THROW(engine.submit(request(1, 0, 5)), Error);
+  EngineRequest bad_id = request(1, 3, 5);
+  bad_id.prompt[1] = kVocab;
+  EXPECT_THROW(engine.submit(bad_id), Error);
+  EngineRequest bad_sampling = request(1, 3, 5);
+  bad_sampling.sampling.top_p = 0.0f;
+  EXPECT_THROW(engine.submit(bad_sampling), Error);
+
+  // One running (held by a long request), one waiting; the third is refused.
+  const Submission running = engine.submit(request(1, 3, 60));
+  ASSERT_EQ(running.status, SubmitStatus::kQueued);
+  for (int i = 0; i < 200 && engine.stats().running == 0; ++i) std::this_thread::sleep_for(1ms);
+  const Submission waiting = engine.submit(request(2, 3, 2));
+  ASSERT_EQ(waiting.status, SubmitStatus::kQueued);
+  EXPECT_EQ(engine.submit(request(3, 3, 2)).status, SubmitStatus::kQueueFull);
+  EXPECT_EQ(drain(*running.stream).finish, StopCause::kLength);
+  EXPECT_EQ(drain(*waiting.stream).finish, StopCause::kLength);
+}
+
+TEST(Engine, StopEndsEveryRequestAndRefusesNewOnes) {
+  test::FakeRunner runner(kVocab, 100000);
+  SchedulerConfig config = engine_config();
+  config.kv_pages = 30000;
+  Engine engine(runner, config);
+  std::vector<Submission> subs;
+  for (int i = 0; i < 4; ++i) subs.push_back(engine.submit(request(i, 4, 90000)));
+  engine.stop();
+  for (Submission& s : subs) {
+    ASSERT_EQ(s.status, SubmitStatus::kQueued);
+    EXPECT_EQ(drain(*s.stream).finish, StopCause::kShutdown);
+  }
+  EXPECT_EQ(engine.submit(request(1, 3, 2)).status, SubmitStatus::kShuttingDown);
+}
+
+}  // namespace
+}  // namespace plumb

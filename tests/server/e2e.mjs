@@ -1,0 +1,438 @@
+// End-to-end tests of `plumb serve` on loopback with real clients: curl, the official openai npm package, and the
+// chat page in headless Chromium (through puppeteer-core). Run by ctest as `node --test e2e.mjs` with PLUMB_BINARY,
+// PLUMB_MAKE_MODEL, PLUMB_SOURCE_DIR and PLUMB_TEST_OUT set. The model has random weights, so the checks are about
+// structure, determinism and batch invariance, not about what the text says.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile, spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import { promisify } from "node:util";
+import fs from "node:fs";
+import path from "node:path";
+
+const root = process.env.PLUMB_SOURCE_DIR ?? process.cwd();
+const binary = process.env.PLUMB_BINARY ?? path.join(root, "build/release/bin/plumb");
+const outDir = process.env.PLUMB_TEST_OUT ?? fs.mkdtempSync("/tmp/plumb-e2e-");
+const run = promisify(execFile);
+// A small random-weight model (make_test_model) with models/default's tokenizer and the tiny test chat template
+// (tools/tiny_chat_template.jinja), which speaks Qwen3's format with tools, tool calls and <think> blocks; the
+// default folder's own template ignores tools, and its larger weights are slow under the sanitizers.
+const model = path.join(outDir, "model");
+fs.rmSync(model, { recursive: true, force: true });
+await run(process.env.PLUMB_MAKE_MODEL ?? path.join(path.dirname(binary), "make_test_model"), [model]);
+for (const f of ["generation_config.json", "tokenizer.json", "tokenizer_config.json"])
+  fs.symlinkSync(path.join(root, "models/default", f), path.join(model, f));
+fs.copyFileSync(path.join(root, "tools/tiny_chat_template.jinja"), path.join(model, "chat_template.jinja"));
+const nodeModules = createRequire(path.join(root, ".cache/server-node/package.json"));
+const openaiModule = nodeModules("openai");
+const OpenAI = openaiModule.OpenAI ?? openaiModule.default ?? openaiModule;
+const puppeteer = nodeModules("puppeteer-core");
+
+// Starts `plumb serve` on an ephemeral loopback port; resolves once its one "listening" line is out.
+function startServer(extraArgs = []) {
+  const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "default", "--host", "127.0.0.1",
+    "--port", "0", ...extraArgs], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let log = "";
+  proc.stderr.on("data", (d) => (log += d));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("server did not start:\n" + log)), 60_000);
+    proc.on("exit", (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
+    let out = "";
+    proc.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
+      if (!m) return;
+      clearTimeout(timer);
+      resolve({ proc, url: m[1], firstLine: out.split("\n")[0], log: () => log });
+    });
+  });
+}
+
+// Sends `signal` and resolves with the exit code; fails if the server takes more than 20 s to stop.
+function stopServer(server, signal = "SIGTERM") {
+  return new Promise((resolve, reject) => {
+    if (server.proc.exitCode !== null) return resolve(server.proc.exitCode);
+    const timer = setTimeout(() => reject(new Error("server did not stop within 20 s")), 20_000);
+    server.proc.removeAllListeners("exit");
+    server.proc.on("exit", (code, sig) => {
+      clearTimeout(timer);
+      resolve(code ?? sig);
+    });
+    server.proc.kill(signal);
+  });
+}
+
+async function curl(...args) {
+  const { stdout } = await run("curl", ["-sS", "--max-time", "60", ...args], { maxBuffer: 64 << 20 });
+  return stdout;
+}
+
+async function metric(url, name) {
+  const text = await (await fetch(url + "/metrics")).text();
+  const m = text.match(new RegExp("^" + name.replace(/[{}"]/g, "\\$&") + " (\\S+)$", "m"));
+  return m ? Number(m[1]) : undefined;
+}
+
+async function until(what, predicate, ms = 10_000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await predicate()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.fail("timed out waiting for " + what);
+}
+
+async function postJson(url, body, headers = {}) {
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+  return { status: r.status, body: await r.json() };
+}
+
+function assertError(reply, status, code) {
+  assert.equal(reply.status, status, JSON.stringify(reply.body));
+  assert.equal(typeof reply.body.error.message, "string");
+  assert.ok(reply.body.error.message.length > 0);
+  assert.ok("type" in reply.body.error && "param" in reply.body.error && "code" in reply.body.error);
+  if (code !== undefined) assert.equal(reply.body.error.code, code);
+}
+
+// Few tokens per request: the suite runs against a sanitizer build on two shared cores.
+const greedy = { temperature: 0, max_tokens: 8 };
+const user = (content) => [{ role: "user", content }];
+
+describe("plumb serve", { timeout: 240_000 }, () => {
+  let server, client, modelId;
+  before(async () => {
+    server = await startServer(["--max-batch", "32"]);
+    client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60_000 });
+    modelId = "default";
+  });
+  after(async () => {
+    if (server) await stopServer(server);
+  });
+
+  test("logs one line saying where it listens", () => {
+    assert.match(server.firstLine, /^plumb serve: listening on http:\/\/127\.0\.0\.1:\d+ /);
+  });
+
+  test("curl: health, models and Prometheus metrics", async () => {
+    assert.deepEqual(JSON.parse(await curl(server.url + "/health")), { status: "ok" });
+    const models = JSON.parse(await curl(server.url + "/v1/models"));
+    assert.equal(models.object, "list");
+    assert.equal(models.data[0].id, modelId);
+    assert.equal(models.data[0].object, "model");
+    const metrics = await curl(server.url + "/metrics");
+    for (const name of ["plumb_requests_total", "plumb_prompt_tokens_total", "plumb_generation_tokens_total",
+      "plumb_time_to_first_token_seconds", "plumb_inter_token_latency_seconds", "plumb_queue_depth",
+      "plumb_running_batch_size", "plumb_kv_pages_used", "plumb_state_slots_used"])
+      assert.match(metrics, new RegExp("# TYPE " + name + " "));
+  });
+
+  test("curl: a streamed chat completion is data: chunks then data: [DONE]", async () => {
+    const body = JSON.stringify({ model: modelId, messages: user("Hi"), stream: true, ...greedy });
+    const out = await curl("-N", "-H", "Content-Type: application/json", "-d", body,
+      server.url + "/v1/chat/completions");
+    const events = out.split("\n\n").filter((e) => e.length > 0);
+    assert.equal(events.at(-1), "data: [DONE]");
+    const chunks = events.slice(0, -1).map((e) => {
+      assert.ok(e.startsWith("data: "), e);
+      return JSON.parse(e.slice(6));
+    });
+    assert.equal(chunks[0].choices[0].delta.role, "assistant");
+    for (const c of chunks) assert.equal(c.object, "chat.completion.chunk");
+    assert.ok(["stop", "length"].includes(chunks.at(-1).choices[0].finish_reason));
+    const whole = JSON.parse(await curl("-H", "Content-Type: application/json", "-d",
+      JSON.stringify({ model: modelId, messages: user("Hi"), ...greedy }), server.url + "/v1/chat/completions"));
+    const streamed = chunks.map((c) => c.choices[0].delta.content ?? "").join("");
+    assert.equal(streamed, whole.choices[0].message.content ?? "");
+  });
+
+  test("openai: chat completion with usage", async () => {
+    const r = await client.chat.completions.create({ model: modelId, messages: user("Hello there"), ...greedy });
+    assert.equal(r.object, "chat.completion");
+    assert.match(r.id, /^chatcmpl-/);
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].message.role, "assistant");
+    assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+    assert.ok(r.usage.prompt_tokens > 0);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+    if (r.choices[0].finish_reason === "length") assert.equal(r.usage.completion_tokens, greedy.max_tokens);
+  });
+
+  test("openai: streamed chat with include_usage matches the unstreamed answer", async () => {
+    const request = { model: modelId, messages: user("Count to three"), ...greedy };
+    const whole = await client.chat.completions.create(request);
+    const stream = await client.chat.completions.create({ ...request, stream: true,
+      stream_options: { include_usage: true } });
+    let text = "", usage = null, finish = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      if (chunk.choices.length === 0) continue;
+      text += chunk.choices[0].delta.content ?? "";
+      finish = chunk.choices[0].finish_reason ?? finish;
+    }
+    assert.equal(text, whole.choices[0].message.content ?? "");
+    assert.equal(finish, whole.choices[0].finish_reason);
+    assert.deepEqual(usage, whole.usage);
+  });
+
+  test("openai: completions, streamed and not, with logprobs", async () => {
+    const r = await client.completions.create({ model: modelId, prompt: "Once upon a time", logprobs: 2, ...greedy });
+    assert.equal(r.object, "text_completion");
+    const lp = r.choices[0].logprobs;
+    assert.equal(lp.tokens.length, r.choices[0].finish_reason === "length" ? greedy.max_tokens : lp.tokens.length);
+    for (let i = 0; i < lp.tokens.length; ++i) {
+      assert.ok(lp.token_logprobs[i] <= 0);
+      assert.ok(Object.keys(lp.top_logprobs[i]).length >= 1);
+    }
+    const stream = await client.completions.create({ model: modelId, prompt: "Once upon a time", stream: true,
+      ...greedy });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+    assert.equal(text, r.choices[0].text);
+    const chat = await client.chat.completions.create({ model: modelId, messages: user("x"), logprobs: true,
+      top_logprobs: 3, ...greedy });
+    for (const t of chat.choices[0].logprobs.content) {
+      assert.equal(t.top_logprobs.length, 3);
+      assert.ok(t.logprob <= 0 && Array.isArray(t.bytes));
+    }
+  });
+
+  test("openai: a seed reproduces a sampled answer; penalties and filters are accepted", async () => {
+    const request = { model: modelId, messages: user("Tell a story"), temperature: 1.0, top_p: 0.9, top_k: 50,
+      min_p: 0.01, seed: 1234, max_tokens: 4, presence_penalty: 0.5, frequency_penalty: 0.3,
+      repetition_penalty: 1.1 };
+    const a = await client.chat.completions.create(request);
+    const b = await client.chat.completions.create(request);
+    assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  });
+
+  test("stop strings and stop token ids end the answer with finish_reason stop", async () => {
+    const free = await client.completions.create({ model: modelId, prompt: "abc", ...greedy, max_tokens: 6 });
+    const text = free.choices[0].text;
+    if (text.length >= 4) {
+      const stop = text.slice(2, 4);
+      const cut = await client.completions.create({ model: modelId, prompt: "abc", ...greedy, max_tokens: 6, stop });
+      assert.equal(cut.choices[0].text, text.slice(0, text.indexOf(stop)));
+      assert.equal(cut.choices[0].finish_reason, "stop");
+    }
+    const all = Array.from({ length: 4096 }, (_, i) => i);
+    const ids = await postJson(server.url + "/v1/completions",
+      { model: modelId, prompt: "abc", ...greedy, stop_token_ids: all });
+    assert.equal(ids.status, 200);
+    assert.equal(ids.body.choices[0].text, "");
+    assert.equal(ids.body.choices[0].finish_reason, "stop");
+    assert.equal(ids.body.usage.completion_tokens, 1);
+  });
+
+  test("tools and tool_choice reach the chat template", async () => {
+    const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+    const plain = await client.chat.completions.create({ model: modelId, messages: user("Weather?"), ...greedy });
+    const withTools = await client.chat.completions.create({ model: modelId, messages: user("Weather?"), tools,
+      tool_choice: "auto", ...greedy });
+    const none = await client.chat.completions.create({ model: modelId, messages: user("Weather?"), tools,
+      tool_choice: "none", ...greedy });
+    assert.ok(withTools.usage.prompt_tokens > plain.usage.prompt_tokens);
+    assert.equal(none.usage.prompt_tokens, plain.usage.prompt_tokens);
+    assert.ok(["stop", "length", "tool_calls"].includes(withTools.choices[0].finish_reason));
+    // A conversation carrying an assistant tool call and the tool's answer renders too.
+    const followUp = await client.chat.completions.create({ model: modelId, tools, ...greedy, messages: [
+      ...user("Weather?"),
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+        function: { name: "get_weather", arguments: "{\"city\": \"Paris\"}" } }] },
+      { role: "tool", tool_call_id: "call_1", content: "sunny" }] });
+    assert.ok(followUp.usage.prompt_tokens > withTools.usage.prompt_tokens);
+  });
+
+  test("32 concurrent streams: no loss, no cross-talk, each greedy text as when it ran alone", async () => {
+    const prompts = Array.from({ length: 32 }, (_, i) => `Item ${i}: say something ${"new ".repeat(i % 9)}`);
+    const alone = [];
+    for (const p of prompts) {
+      const r = await client.chat.completions.create({ model: modelId, messages: user(p), ...greedy, max_tokens: 16 });
+      alone.push(r.choices[0].message.content ?? "");
+    }
+    const streams = prompts.map(async (p) => {
+      const stream = await client.chat.completions.create({ model: modelId, messages: user(p), stream: true,
+        ...greedy, max_tokens: 16 });
+      let text = "", id = null, finish = null;
+      for await (const chunk of stream) {
+        id ??= chunk.id;
+        assert.equal(chunk.id, id, "a chunk of another stream arrived");
+        text += chunk.choices[0]?.delta?.content ?? "";
+        finish = chunk.choices[0]?.finish_reason ?? finish;
+      }
+      assert.ok(finish, "the stream ended without a finish_reason");
+      return text;
+    });
+    let widest = 0, sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        widest = Math.max(widest, (await metric(server.url, "plumb_running_batch_size")) ?? 0);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    })();
+    const together = await Promise.all(streams);
+    sampling = false;
+    await sampler;
+    assert.deepEqual(together, alone);
+    assert.ok(widest >= 16, `the streams should have shared the batch; at most ${widest} ran at once`);
+    assert.ok(new Set(alone).size > 1, "distinct prompts should give distinct answers");
+  });
+
+  test("a client that disconnects mid-stream is cancelled and its slot freed", async () => {
+    const controller = new AbortController();
+    const stream = await client.chat.completions.create({ model: modelId, messages: user("Go on forever"),
+      stream: true, temperature: 0, max_tokens: 3000, ignore_eos: true }, { signal: controller.signal });
+    let chunks = 0;
+    for await (const chunk of stream) {
+      void chunk;
+      if (++chunks === 3) break;
+    }
+    controller.abort();
+    await until("the slot to be freed", async () => (await metric(server.url, "plumb_state_slots_used")) === 0 &&
+      (await metric(server.url, "plumb_running_batch_size")) === 0);
+    await until("the 499 to be counted", async () =>
+      (await metric(server.url, 'plumb_requests_total{endpoint="/v1/chat/completions",status="499"}')) >= 1);
+
+    // A client waiting for a whole (unstreamed) answer is noticed too.
+    const whole = new AbortController();
+    const pending = client.chat.completions.create({ model: modelId, messages: user("Go on"), temperature: 0,
+      max_tokens: 3000, ignore_eos: true }, { signal: whole.signal });
+    await until("it to run", async () => (await metric(server.url, "plumb_running_batch_size")) === 1);
+    whole.abort();
+    await assert.rejects(pending);
+    await until("its slot to be freed", async () => (await metric(server.url, "plumb_state_slots_used")) === 0);
+    await until("the second 499", async () =>
+      (await metric(server.url, 'plumb_requests_total{endpoint="/v1/chat/completions",status="499"}')) >= 2);
+  });
+
+  test("errors come back as OpenAI gives them and the server keeps serving", async () => {
+    const chat = server.url + "/v1/chat/completions";
+    const ok = { model: modelId, messages: user("hi"), ...greedy };
+    assertError(await postJson(chat, "{not json"), 400);
+    assertError(await postJson(chat, { ...ok, model: "gpt-4" }), 404, "model_not_found");
+    assertError(await postJson(chat, { ...ok, temperature: "hot" }), 400);
+    assertError(await postJson(chat, { ...ok, top_p: 5 }), 400);
+    assertError(await postJson(chat, { ...ok, n: 2 }), 400);
+    assertError(await postJson(chat, { ...ok, messages: "hi" }), 400);
+    assertError(await postJson(chat, { ...ok, max_tokens: 100000 }), 400, "context_length_exceeded");
+    const longPrompt = Array.from({ length: 5000 }, () => 7);
+    assertError(await postJson(server.url + "/v1/completions", { model: modelId, prompt: longPrompt }), 400,
+      "context_length_exceeded");
+    assertError(await postJson(server.url + "/v1/completions", { model: modelId, prompt: [100000] }), 400);
+    assertError(await postJson(server.url + "/v1/nothing", ok), 404, "unknown_url");
+    const get = await fetch(chat);
+    assert.equal(get.status, 405);
+    const huge = await postJson(chat, JSON.stringify({ ...ok, pad: "x".repeat(9 << 20) }));
+    assertError(huge, 413);
+    await assert.rejects(client.chat.completions.create({ ...ok, model: "nope" }), (e) => e.status === 404);
+    await assert.rejects(client.chat.completions.create({ ...ok, top_k: "x" }), (e) => e.status === 400);
+    const after = await client.chat.completions.create(ok);
+    assert.equal(after.choices.length, 1);
+  });
+
+  test("the chat page streams an answer in headless Chromium", async () => {
+    const browser = await puppeteer.launch({ executablePath: "/usr/bin/chromium", headless: true,
+      args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+    try {
+      const page = await browser.newPage();
+      await page.setViewport({ width: 1000, height: 700 });
+      await page.goto(server.url + "/", { waitUntil: "load" });
+      await page.waitForFunction(() => document.getElementById("model").textContent === "default");
+      await page.$eval("#max-tokens", (e) => (e.value = "8"));
+      await page.$eval("#temperature", (e) => (e.value = "0"));
+      await page.type("#prompt", "Hello from Chromium");
+      await page.click("#send");
+      await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 60_000 });
+      const shown = await page.$eval(".msg.assistant .content", (e) => e.textContent);
+      const expected = await client.chat.completions.create({ model: modelId, messages: user("Hello from Chromium"),
+        temperature: 0, max_tokens: 8 });
+      assert.equal(shown, expected.choices[0].message.content ?? "");
+      assert.ok(shown.length > 0);
+      // A question makes the test template open a <think> block: the page shows the reasoning apart.
+      await page.type("#prompt", "Why?");
+      await page.click("#send");
+      await page.waitForFunction(() => document.querySelectorAll('.msg.assistant[data-state="done"]').length === 2,
+        { timeout: 60_000 });
+      const reasoning = await page.$$eval(".msg.assistant .reasoning", (e) => e[1].textContent);
+      const asked = await client.chat.completions.create({ model: modelId, temperature: 0, max_tokens: 8,
+        messages: [...user("Hello from Chromium"), { role: "assistant", content: shown }, ...user("Why?")] });
+      assert.equal(reasoning, asked.choices[0].message.reasoning_content);
+      assert.ok(reasoning.length > 0);
+      await page.screenshot({ path: path.join(outDir, "chat_page.png") });
+      assert.ok(fs.statSync(path.join(outDir, "chat_page.png")).size > 1000);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
+describe("plumb serve --api-key --max-batch 1 --max-queue 1", { timeout: 120_000 }, () => {
+  let server;
+  before(async () => {
+    server = await startServer(["--api-key", "sekret", "--max-batch", "1", "--max-queue", "1"]);
+  });
+  after(async () => {
+    if (server) assert.equal(await stopServer(server, "SIGINT"), 0);
+  });
+
+  test("a missing or wrong API key gets 401; the right one is served", async () => {
+    const chat = server.url + "/v1/chat/completions";
+    const body = { model: "default", messages: user("hi"), ...greedy };
+    assertError(await postJson(chat, body), 401, "invalid_api_key");
+    assertError(await postJson(chat, body, { Authorization: "Bearer wrong" }), 401, "invalid_api_key");
+    const wrong = new OpenAI({ baseURL: server.url + "/v1", apiKey: "wrong", maxRetries: 0 });
+    await assert.rejects(wrong.models.list(), (e) => e.status === 401);
+    assert.equal((await postJson(chat, body, { Authorization: "Bearer sekret" })).status, 200);
+  });
+
+  test("more requests than the queue holds get 429", async () => {
+    const client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "sekret", maxRetries: 0 });
+    const long = { model: "default", messages: user("long"), temperature: 0, max_tokens: 3000, ignore_eos: true,
+      stream: true };
+    const controllers = [new AbortController(), new AbortController()];
+    const running = await client.chat.completions.create(long, { signal: controllers[0].signal });
+    const runningIterator = running[Symbol.asyncIterator]();
+    await runningIterator.next();  // the first request holds the only slot
+    const waitingPromise = client.chat.completions.create(long, { signal: controllers[1].signal });
+    await until("the second request to queue", async () => {
+      const r = await fetch(server.url + "/metrics");
+      return /^plumb_queue_depth 1$/m.test(await r.text());
+    });
+    await assert.rejects(client.chat.completions.create({ ...long, stream: false, max_tokens: 2 }),
+      (e) => e.status === 429 && e.error?.code === "rate_limit_exceeded");
+    controllers.forEach((c) => c.abort());
+    await waitingPromise.catch(() => {});
+    await until("both to be cancelled", async () => {
+      const text = await (await fetch(server.url + "/metrics")).text();
+      return /^plumb_queue_depth 0$/m.test(text) && /^plumb_running_batch_size 0$/m.test(text);
+    });
+    const ok = await client.chat.completions.create({ model: "default", messages: user("hi"), ...greedy });
+    assert.equal(ok.choices.length, 1);
+  });
+});
+
+describe("shutdown", { timeout: 60_000 }, () => {
+  test("SIGTERM with a stream in flight ends the stream and exits 0", async () => {
+    const server = await startServer([]);
+    const client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "x", maxRetries: 0 });
+    const stream = await client.chat.completions.create({ model: "default", messages: user("long"),
+      temperature: 0, max_tokens: 3000, ignore_eos: true, stream: true });
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    const exit = stopServer(server, "SIGTERM");
+    await assert.rejects(async () => {
+      for (;;) {
+        const { done } = await iterator.next();
+        if (done) throw new Error("the stream ended without saying why");
+      }
+    });
+    assert.equal(await exit, 0);
+  });
+});
