@@ -103,10 +103,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     switch (data[0] % 4) {
-      case 0: fuzz_encode(rest); break;
-      case 1: fuzz_decode(rest); break;
-      case 2: fuzz_template(rest); break;
-      default: fuzz_conversation(rest); break;
+      case 0:
+        fuzz_encode(rest);
+        break;
+      case 1:
+        fuzz_decode(rest);
+        break;
+      case 2:
+        fuzz_template(rest);
+        break;
+      default:
+        fuzz_conversation(rest);
+        break;
     }
   } catch (const plumb::Error&) {
     // Rejecting bad input with plumb::Error is the expected outcome.

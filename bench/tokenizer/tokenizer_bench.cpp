@@ -7,10 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -47,9 +46,10 @@ int run(int argc, char** argv) {
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
     if (pass > 0) best = std::min(best, s);
   }
-  std::printf("{\"bytes\": %zu, \"docs\": %zu, \"tokens\": %zu, \"best_s\": %.4f, \"mb_per_s\": %.3f, "
-              "\"load_s\": %.3f}\n",
-              bytes, docs.size(), tokens, best, static_cast<double>(bytes) / best / 1e6, load_s);
+  std::printf(
+      "{\"bytes\": %zu, \"docs\": %zu, \"tokens\": %zu, \"best_s\": %.4f, \"mb_per_s\": %.3f, "
+      "\"load_s\": %.3f}\n",
+      bytes, docs.size(), tokens, best, static_cast<double>(bytes) / best / 1e6, load_s);
   return 0;
 }
 

@@ -65,9 +65,9 @@ struct GenerateArgs {
 
 // The prompt's ids: --ids as given, --prompt through the model folder's tokenizer, --chat through its chat template
 // (one user message, then the assistant's turn).
-std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<tokenizer::Tokenizer>& tok,
-                                int64_t vocab) {
-  PLUMB_CHECK(a.ids.empty() + a.prompt.empty() + a.chat.empty() == 2, "generate needs exactly one of --ids, --prompt "
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<tokenizer::Tokenizer>& tok, int64_t vocab) {
+  PLUMB_CHECK(a.ids.empty() + a.prompt.empty() + a.chat.empty() == 2,
+              "generate needs exactly one of --ids, --prompt "
               "and --chat");
   if (!a.ids.empty()) return parse_token_ids(a.ids, "--ids", vocab);
   std::string text = a.prompt;
@@ -94,16 +94,18 @@ void run_generate(const GenerateArgs& a) {
   GenerateOptions options;
   options.max_tokens = a.max_tokens;
   options.sampling = a.sampling;
-  options.stop_ids = a.stop_ids.empty() ? default_stop_ids(a.model, model.config())
-                                        : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
+  options.stop_ids =
+      a.stop_ids.empty() ? default_stop_ids(a.model, model.config()) : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
   if (a.ignore_eos) options.stop_ids.clear();
   // Text is printed as it streams, whole UTF-8 characters at a time; without a tokenizer, ids are.
   std::optional<tokenizer::StreamDecoder> text;
   if (tok && !a.print_ids) text.emplace(*tok, tokenizer::SpecialTokens::kSkip);
   const GenerateResult result = generate(model, prompt, options, [&](int32_t id) {
     if (a.print_ids) return;
-    if (text) std::fputs(text->push(id).c_str(), stdout);
-    else std::printf("%d ", id);
+    if (text)
+      std::fputs(text->push(id).c_str(), stdout);
+    else
+      std::printf("%d ", id);
     std::fflush(stdout);
   });
   if (text) std::fputs(text->flush().c_str(), stdout);

@@ -39,14 +39,16 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    PLUMB_CHECK(used == number.size() && value >= INT32_MIN && value <= INT32_MAX,
-                "--ids: '{}' is not a token id", number);
+    PLUMB_CHECK(used == number.size() && value >= INT32_MIN && value <= INT32_MAX, "--ids: '{}' is not a token id",
+                number);
     ids.push_back(static_cast<int32_t>(value));
   }
   return ids;
 }
 
-void write(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+void write(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
 
 struct TokenizeOptions {
   std::string tokenizer, text, file;
@@ -84,8 +86,8 @@ void register_tokenizer_commands(CLI::App& app) {
   cmd->add_flag("--skip-special", detokenize->skip_special, "Leave out special tokens");
   cmd->callback([detokenize] {
     const auto tok = tokenizer::Tokenizer::from_dir(detokenize->tokenizer);
-    write(tok.decode(parse_ids(detokenize->ids), detokenize->skip_special ? tokenizer::SpecialTokens::kSkip
-                                                                          : tokenizer::SpecialTokens::kKeep));
+    write(tok.decode(parse_ids(detokenize->ids),
+                     detokenize->skip_special ? tokenizer::SpecialTokens::kSkip : tokenizer::SpecialTokens::kKeep));
   });
 
   auto render = std::make_shared<RenderOptions>();

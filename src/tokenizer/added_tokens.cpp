@@ -17,9 +17,17 @@ constexpr std::string_view kFile = "tokenizer.json";
 bool is_word_char(char32_t cp) {
   if (cp == 0x200C || cp == 0x200D) return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -27,7 +35,9 @@ bool is_word_char(char32_t cp) {
 }
 
 // The first / last code point of valid UTF-8 text.
-char32_t first_codepoint(std::string_view s) { return utf8_step(s).codepoint; }
+char32_t first_codepoint(std::string_view s) {
+  return utf8_step(s).codepoint;
+}
 char32_t last_codepoint(std::string_view s) {
   size_t i = s.size() - 1;
   while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;

@@ -3,9 +3,8 @@
 // is leftmost-longest; single_word, lstrip and rstrip work as in tokenizers' AddedVocabulary::find_matches.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>

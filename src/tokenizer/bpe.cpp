@@ -20,7 +20,9 @@ constexpr size_t kMaxCachedWords = size_t{1} << 17;
 uint64_t pair_key(int32_t left, int32_t right) {
   return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
 }
-uint64_t pair_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull; }
+uint64_t pair_hash(uint64_t key) {
+  return key * 0x9E3779B97F4A7C15ull;
+}
 
 // Rejects the model options that change tokenization in ways plumb does not implement.
 void check_supported_options(const nlohmann::json& model) {

@@ -3,10 +3,9 @@
 // lowest-ranked adjacent pair, leftmost first, re-checking a queued pair against the current symbols before use.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>

@@ -7,7 +7,9 @@ namespace plumb::tokenizer {
 namespace {
 
 // Bytes that are printable Latin-1 keep their code point: '!'..'~', '¡'..'¬', '®'..'ÿ'.
-constexpr bool keeps_code_point(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+constexpr bool keeps_code_point(int b) {
+  return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 struct Alphabet {
   std::array<char32_t, 256> to_char{};
@@ -29,7 +31,9 @@ const Alphabet& alphabet() {
 
 }  // namespace
 
-char32_t byte_to_char(uint8_t b) { return alphabet().to_char[b]; }
+char32_t byte_to_char(uint8_t b) {
+  return alphabet().to_char[b];
+}
 
 std::optional<uint8_t> char_to_byte(char32_t c) {
   if (c >= alphabet().to_byte.size() || alphabet().to_byte[c] < 0) return std::nullopt;
@@ -41,8 +45,7 @@ std::string byte_level_decode_token(std::string_view token) {
   size_t i = 0;
   while (i < token.size()) {
     const Utf8Step step = utf8_step(token.substr(i));
-    const std::optional<uint8_t> b =
-        step.status == Utf8Status::kComplete ? char_to_byte(step.codepoint) : std::nullopt;
+    const std::optional<uint8_t> b = step.status == Utf8Status::kComplete ? char_to_byte(step.codepoint) : std::nullopt;
     if (!b) return std::string(token);
     bytes.push_back(static_cast<char>(*b));
     i += step.length;

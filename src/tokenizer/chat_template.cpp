@@ -91,7 +91,8 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
   PLUMB_CHECK(kwargs.is_object(), "chat arguments must be a JSON object with \"messages\"");
   PLUMB_CHECK(kwargs.contains("messages") && kwargs["messages"].is_array(),
               "chat arguments: \"messages\" must be a list of messages");
-  PLUMB_CHECK(!kwargs.value("continue_final_message", false), "chat arguments: continue_final_message is not "
+  PLUMB_CHECK(!kwargs.value("continue_final_message", false),
+              "chat arguments: continue_final_message is not "
               "supported");
   PLUMB_CHECK(!kwargs.contains("chat_template"), "chat arguments: a chat_template override is not supported");
   // Variables in transformers' order of precedence: special tokens, then the defaults, then the caller's arguments.

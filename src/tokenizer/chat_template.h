@@ -10,9 +10,8 @@
 // kwargs is an ordered_json because templates serialise tools with tojson, whose key order must be the caller's.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 

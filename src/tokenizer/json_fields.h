@@ -4,7 +4,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <string_view>
 
@@ -16,7 +15,9 @@ namespace plumb::tokenizer {
 inline std::string field_path(std::string_view parent, std::string_view child) {
   return parent.empty() ? std::string(child) : fmt::format("{}.{}", parent, child);
 }
-inline std::string field_path(std::string_view parent, size_t index) { return fmt::format("{}[{}]", parent, index); }
+inline std::string field_path(std::string_view parent, size_t index) {
+  return fmt::format("{}[{}]", parent, index);
+}
 
 // The member `key` of object `j` (located at `path` in `file`), which must exist.
 inline const nlohmann::json& json_member(const nlohmann::json& j, std::string_view key, std::string_view file,

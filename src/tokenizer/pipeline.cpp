@@ -22,8 +22,7 @@ NormalForm parse_normal_form(const nlohmann::json& j, const std::string& path) {
   if (type == "NFD") return NormalForm::kNFD;
   if (type == "NFKC") return NormalForm::kNFKC;
   if (type == "NFKD") return NormalForm::kNFKD;
-  PLUMB_FAIL("{}: {}.type '{}' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence, null)", kFile, path,
-             type);
+  PLUMB_FAIL("{}: {}.type '{}' is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence, null)", kFile, path, type);
 }
 
 SplitBehavior parse_behavior(const nlohmann::json& j, const std::string& path) {
@@ -68,8 +67,10 @@ std::string Normalizer::apply(std::string_view text) const {
 }
 
 PreTokenizer PreTokenizer::from_json(const nlohmann::json& j) {
-  PLUMB_CHECK(!j.is_null(), "{}: pre_tokenizer is null; plumb supports byte-level BPE, whose pre_tokenizer ends "
-              "with ByteLevel", kFile);
+  PLUMB_CHECK(!j.is_null(),
+              "{}: pre_tokenizer is null; plumb supports byte-level BPE, whose pre_tokenizer ends "
+              "with ByteLevel",
+              kFile);
   std::vector<std::pair<const nlohmann::json*, std::string>> components;
   if (json_type(j, kFile, "pre_tokenizer") == "Sequence") {
     const nlohmann::json& list = json_member(j, "pretokenizers", kFile, "pre_tokenizer");
@@ -88,8 +89,8 @@ PreTokenizer PreTokenizer::from_json(const nlohmann::json& j) {
                 path, type);
     if (type == "Split") {
       const nlohmann::json& pattern = json_member(*component, "pattern", kFile, path);
-      SplitStep step{std::nullopt, {}, parse_behavior(*component, path), json_bool(*component, "invert", false,
-                                                                                     kFile, path)};
+      SplitStep step{
+          std::nullopt, {}, parse_behavior(*component, path), json_bool(*component, "invert", false, kFile, path)};
       if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
         step.regex.emplace(pattern["Regex"].get<std::string>(), path + ".pattern.Regex");
       } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {

@@ -3,9 +3,8 @@
 // tokenizer is either handled exactly as Hugging Face handles it or not loaded at all.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -81,8 +81,8 @@ Regex::Regex(std::string_view pattern, std::string_view field) : impl_(std::make
   const std::string translated = regex_to_pcre2(pattern, field);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                              PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), PCRE2_UTF | PCRE2_UCP,
+                              &error, &offset, nullptr);
   PLUMB_CHECK(impl_->code != nullptr, "tokenizer.json: {}: invalid regex '{}': {} (at offset {})", field, pattern,
               pcre2_message(error), offset);
   // The JIT is an optimisation only: matching works the same without it (e.g. where the platform lacks it).
@@ -108,8 +108,7 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   size_t last_match_end = 0;
   while (search_from <= text.size()) {
     // The text was validated once by the caller, so PCRE2 need not re-check it at every start offset.
-    const int rc =
-        pcre2_match(impl_->code, subject, text.size(), search_from, PCRE2_NO_UTF_CHECK, match.data, nullptr);
+    const int rc = pcre2_match(impl_->code, subject, text.size(), search_from, PCRE2_NO_UTF_CHECK, match.data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     PLUMB_CHECK(rc >= 0, "pre-tokenizer regex failed: {}", pcre2_message(rc));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);

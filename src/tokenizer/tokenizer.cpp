@@ -41,12 +41,12 @@ struct Tokenizer::Impl {
   Normalizer normalizer;
   PreTokenizer pre_tokenizer;
   BpeModel model;
-  AddedTokenMatcher raw_matcher;         // added tokens with normalized=false, matched in the raw text
-  AddedTokenMatcher normalized_matcher;  // added tokens with normalized=true, matched after normalization
+  AddedTokenMatcher raw_matcher;                       // added tokens with normalized=false, matched in the raw text
+  AddedTokenMatcher normalized_matcher;                // added tokens with normalized=true, matched after normalization
   std::unordered_map<std::string, int32_t> added_ids;  // content -> id
-  std::vector<std::string> id_text;    // id -> token text ("" where no token)
-  std::vector<std::string> id_bytes;   // id -> decoded bytes
-  std::vector<uint8_t> id_kind;        // 0 none, 1 token, 2 special token
+  std::vector<std::string> id_text;                    // id -> token text ("" where no token)
+  std::vector<std::string> id_bytes;                   // id -> decoded bytes
+  std::vector<uint8_t> id_kind;                        // 0 none, 1 token, 2 special token
 
   void encode_plain(std::string_view text, std::vector<int32_t>& ids) const {
     thread_local std::vector<std::string_view> words;
@@ -62,7 +62,9 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::from_dir(const std::string& dir) { return from_file(dir + "/tokenizer.json"); }
+Tokenizer Tokenizer::from_dir(const std::string& dir) {
+  return from_file(dir + "/tokenizer.json");
+}
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -84,7 +86,12 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   auto impl = std::unique_ptr<Impl>(new Impl{Normalizer::from_json(j.value("normalizer", nlohmann::json())),
                                              PreTokenizer::from_json(j.value("pre_tokenizer", nlohmann::json())),
                                              BpeModel::from_json(json_member(j, "model", kFile, "")),
-                                             {}, {}, {}, {}, {}, {}});
+                                             {},
+                                             {},
+                                             {},
+                                             {},
+                                             {},
+                                             {}});
   const std::vector<AddedToken> added = parse_added_tokens(j.value("added_tokens", nlohmann::json()));
 
   int64_t size = static_cast<int64_t>(impl->model.tokens().size());
@@ -178,7 +185,9 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < static_cast<int64_t>(impl_->id_kind.size()) && impl_->id_kind[id] == 2;
 }
 
-int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_kind.size()); }
+int64_t Tokenizer::vocab_size() const {
+  return static_cast<int64_t>(impl_->id_kind.size());
+}
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, SpecialTokens special)
     : tokenizer_(&tokenizer), special_(special) {}

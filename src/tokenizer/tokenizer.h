@@ -11,10 +11,9 @@
 // way Rust's from_utf8_lossy does. A Tokenizer is immutable after loading and safe to use from several threads.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -15,11 +15,16 @@ namespace {
 // The allowed range of the second byte for each lead byte (Unicode Table 3-7); later bytes are always 80..BF.
 bool second_byte_ok(unsigned char lead, unsigned char b) {
   switch (lead) {
-    case 0xE0: return b >= 0xA0 && b <= 0xBF;
-    case 0xED: return b >= 0x80 && b <= 0x9F;
-    case 0xF0: return b >= 0x90 && b <= 0xBF;
-    case 0xF4: return b >= 0x80 && b <= 0x8F;
-    default: return b >= 0x80 && b <= 0xBF;
+    case 0xE0:
+      return b >= 0xA0 && b <= 0xBF;
+    case 0xED:
+      return b >= 0x80 && b <= 0x9F;
+    case 0xF0:
+      return b >= 0x90 && b <= 0xBF;
+    case 0xF4:
+      return b >= 0x80 && b <= 0x8F;
+    default:
+      return b >= 0x80 && b <= 0xBF;
   }
 }
 
@@ -135,15 +140,23 @@ std::string unicode_normalize(std::string_view s, NormalForm form) {
   }
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::kNFC: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::kNFD: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::kNFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::kNFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::kNFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::kNFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::kNFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* mapped = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                          static_cast<utf8proc_ssize_t>(s.size()), &mapped,
-                                          static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+                   &mapped, static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owner(mapped, &std::free);
   PLUMB_CHECK(n >= 0, "Unicode normalization failed: {}", utf8proc_errmsg(n));
   return std::string(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
@@ -151,10 +164,25 @@ std::string unicode_normalize(std::string_view s, NormalForm form) {
 
 bool is_unicode_space(char32_t cp, bool python) {
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
-    case 0x1C: case 0x1D: case 0x1E: case 0x1F:
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
       return python;
     default:
       return cp >= 0x2000 && cp <= 0x200A;

@@ -11,7 +11,9 @@
 namespace plumb::tokenizer {
 namespace {
 
-std::string shown(const std::string& text) { return nlohmann::json(text).dump(); }
+std::string shown(const std::string& text) {
+  return nlohmann::json(text).dump();
+}
 
 }  // namespace
 
@@ -25,8 +27,8 @@ void check_encode_fixture(const Tokenizer& tok, const std::string& path) {
     const std::vector<int32_t> expected = r["ids"].get<std::vector<int32_t>>();
     const std::vector<int32_t> ids = tok.encode(text);
     if (ids != expected && failures++ < 10) {
-      ADD_FAILURE() << path << ": ids differ for " << shown(text) << "\n  got      "
-                    << nlohmann::json(ids).dump() << "\n  expected " << nlohmann::json(expected).dump();
+      ADD_FAILURE() << path << ": ids differ for " << shown(text) << "\n  got      " << nlohmann::json(ids).dump()
+                    << "\n  expected " << nlohmann::json(expected).dump();
     }
     const std::string decoded = r["decoded"];
     EXPECT_EQ(tok.decode(expected), decoded) << path << ": " << shown(text);

@@ -32,26 +32,37 @@ void expect_load_error(const std::function<void(nlohmann::json&)>& edit, const s
   nlohmann::json j = tiny_json();
   edit(j);
   const std::string message = error_of([&] { Tokenizer::from_json(j); });
-  EXPECT_NE(message.find(expected), std::string::npos) << "message: '" << message << "', expected '" << expected
-                                                       << "'";
+  EXPECT_NE(message.find(expected), std::string::npos) << "message: '" << message << "', expected '" << expected << "'";
 }
 
 TEST(TokenizerErrors, NamesTheField) {
-  expect_load_error([](auto& j) { j["normalizer"] = {{"type", "Lowercase"}}; },
-                    "tokenizer.json: normalizer.type 'Lowercase' is not supported");
-  expect_load_error([](auto& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Strip"}}}}}; },
-                    "normalizer.normalizers[0].type 'Strip' is not supported");
+  expect_load_error(
+      [](auto& j) {
+        j["normalizer"] = {{"type", "Lowercase"}};
+      },
+      "tokenizer.json: normalizer.type 'Lowercase' is not supported");
+  expect_load_error(
+      [](auto& j) {
+        j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Strip"}}}}};
+      },
+      "normalizer.normalizers[0].type 'Strip' is not supported");
   expect_load_error([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
                     "pre_tokenizer.pretokenizers[0].behavior 'Sideways'");
-  expect_load_error([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(unclosed"}}; },
-                    "pre_tokenizer.pretokenizers[0].pattern.Regex: invalid regex");
+  expect_load_error(
+      [](auto& j) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(unclosed"}};
+      },
+      "pre_tokenizer.pretokenizers[0].pattern.Regex: invalid regex");
   expect_load_error([](auto& j) { j["pre_tokenizer"]["pretokenizers"][1]["type"] = "Metaspace"; },
                     "pre_tokenizer.pretokenizers[1].type 'Metaspace' is not supported");
   expect_load_error([](auto& j) { j["pre_tokenizer"] = nullptr; }, "pre_tokenizer is null");
   expect_load_error([](auto& j) { j["model"]["type"] = "WordPiece"; }, "model.type 'WordPiece' is not supported");
   expect_load_error([](auto& j) { j["model"]["merges"][3] = "a b c"; }, "model.merges[3]");
-  expect_load_error([](auto& j) { j["model"]["merges"][4] = {"zzz-not-a-token", "a"}; },
-                    "model.merges[4]: token 'zzz-not-a-token' is not in model.vocab");
+  expect_load_error(
+      [](auto& j) {
+        j["model"]["merges"][4] = {"zzz-not-a-token", "a"};
+      },
+      "model.merges[4]: token 'zzz-not-a-token' is not in model.vocab");
   expect_load_error([](auto& j) { j["model"]["merges"][5] = 17; }, "model.merges[5] must be");
   expect_load_error([](auto& j) { j["model"]["vocab"]["x"] = "seven"; }, "model.vocab['x']");
   expect_load_error([](auto& j) { j["model"].erase("vocab"); }, "model.vocab is missing");
@@ -59,8 +70,11 @@ TEST(TokenizerErrors, NamesTheField) {
   expect_load_error([](auto& j) { j["added_tokens"][0]["id"] = -3; }, "added_tokens[0].id");
   expect_load_error([](auto& j) { j["added_tokens"][1]["lstrip"] = "yes"; }, "added_tokens[1].lstrip");
   expect_load_error([](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "decoder.type 'WordPiece'");
-  expect_load_error([](auto& j) { j["post_processor"] = {{"type", "TemplateProcessing"}}; },
-                    "post_processor.type 'TemplateProcessing'");
+  expect_load_error(
+      [](auto& j) {
+        j["post_processor"] = {{"type", "TemplateProcessing"}};
+      },
+      "post_processor.type 'TemplateProcessing'");
   expect_load_error([](auto& j) { j["truncation"] = {{"max_length", 8}}; }, "truncation is set");
 }
 
@@ -102,8 +116,9 @@ TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
                 .find("too much work"),
             std::string::npos);
   EXPECT_NE(render_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
-  EXPECT_NE(error_of([] { render_chat(ChatTemplate::from_string("x"), nlohmann::ordered_json::object()); })
-                .find("\"messages\""),
+  EXPECT_NE(error_of([] {
+              render_chat(ChatTemplate::from_string("x"), nlohmann::ordered_json::object());
+            }).find("\"messages\""),
             std::string::npos);
 }
 
@@ -125,15 +140,17 @@ TEST(ChatTemplateSemantics, WhitespaceControlAndScoping) {
             "1-d-{}|1-2-{'z': 4}");
   EXPECT_EQ(render("{{ x is defined }}{{ none is none }}{{ true is number }}{{ true is integer }}"),
             "FalseTrueTrueFalse");
-  EXPECT_EQ(render("{{ 'a\\nb\\u00e9\\x41\\q' }}"), "a\nb\xC3\xA9" "A\\q");
+  EXPECT_EQ(render("{{ 'a\\nb\\u00e9\\x41\\q' }}"),
+            "a\nb\xC3\xA9"
+            "A\\q");
   EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', 1) }}"),
             "['a', 'b', '', 'c']['a', 'b']['a', 'b c']");
   EXPECT_EQ(render("{{ 1 if false }}|{{ (1 if false) is defined }}"), "|False");
-  EXPECT_EQ(render("{% for a, b in {'x': 1, 'y': 2}.items() %}{{ a }}{{ b }}{{ loop.index }}{% endfor %}"),
-            "x11y22");
+  EXPECT_EQ(render("{% for a, b in {'x': 1, 'y': 2}.items() %}{{ a }}{{ b }}{{ loop.index }}{% endfor %}"), "x11y22");
   EXPECT_EQ(render("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}"), "012");
-  EXPECT_EQ(render("{{ {'b': 1, 'a': [1.5, 'é\"']} | tojson }}|{{ {'b': 1, 'a': 2} | tojson(indent=2, sort_keys=true) }}"),
-            "{\"b\": 1, \"a\": [1.5, \"é\\\"\"]}|{\n  \"a\": 2,\n  \"b\": 1\n}");
+  EXPECT_EQ(
+      render("{{ {'b': 1, 'a': [1.5, 'é\"']} | tojson }}|{{ {'b': 1, 'a': 2} | tojson(indent=2, sort_keys=true) }}"),
+      "{\"b\": 1, \"a\": [1.5, \"é\\\"\"]}|{\n  \"a\": 2,\n  \"b\": 1\n}");
   EXPECT_EQ(render("line\n"), "line");  // keep_trailing_newline=False drops one final newline
 }
 

@@ -2,16 +2,17 @@
 // scripts/setup.d/tokenizer.sh unpacks into .cache/qwen3-tokenizer.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "support/fixtures.h"
 
 namespace plumb::test {
 
-inline std::string tokenizer_fixtures() { return fixtures_dir() + "/tokenizer"; }
+inline std::string tokenizer_fixtures() {
+  return fixtures_dir() + "/tokenizer";
+}
 
 // The folder with the real Qwen3 tokenizer.json and tokenizer_config.json ("" if setup has not fetched it).
 inline std::string qwen3_tokenizer_dir() {

@@ -14,7 +14,8 @@
 namespace plumb::tokenizer::jinja {
 namespace {
 
-constexpr int64_t kMaxSequence = int64_t{1} << 24;  // bounds range() and repetition, so a template cannot exhaust memory
+constexpr int64_t kMaxSequence = int64_t{1}
+                                 << 24;  // bounds range() and repetition, so a template cannot exhaust memory
 
 // a op b on int64 through a __builtin_*_overflow function, failing instead of wrapping (Python ints do not wrap).
 template <typename Op>
@@ -23,9 +24,15 @@ int64_t checked(Op op, int64_t a, int64_t b, std::string_view name) {
   PLUMB_CHECK(!op(a, b, &result), "integer overflow in '{}'", name);
   return result;
 }
-bool add_overflows(int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); }
-bool sub_overflows(int64_t a, int64_t b, int64_t* r) { return __builtin_sub_overflow(a, b, r); }
-bool mul_overflows(int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a, b, r); }
+bool add_overflows(int64_t a, int64_t b, int64_t* r) {
+  return __builtin_add_overflow(a, b, r);
+}
+bool sub_overflows(int64_t a, int64_t b, int64_t* r) {
+  return __builtin_sub_overflow(a, b, r);
+}
+bool mul_overflows(int64_t a, int64_t b, int64_t* r) {
+  return __builtin_mul_overflow(a, b, r);
+}
 
 // Python's floor division and modulo for ints (results take the sign of the divisor).
 int64_t floor_div(int64_t a, int64_t b) {
@@ -213,8 +220,8 @@ Value list_method(const Value& self, const std::string& name) {
       return Value::integer(count);
     });
   }
-  if (name == "append" || name == "pop" || name == "insert" || name == "extend" || name == "remove" ||
-      name == "sort" || name == "reverse" || name == "clear") {
+  if (name == "append" || name == "pop" || name == "insert" || name == "extend" || name == "remove" || name == "sort" ||
+      name == "reverse" || name == "clear") {
     return security_error("list." + name);
   }
   return Value();
@@ -238,8 +245,8 @@ void slice_bounds(int64_t n, const Value& start, const Value& stop, int64_t step
 Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (op == "~") return Value::string(a.str() + b.str());
   PLUMB_CHECK(!a.is_undefined() && !b.is_undefined(), "an undefined value cannot be used with '{}'", op);
-  const bool ints = (a.kind() == Kind::kInt || a.kind() == Kind::kBool) &&
-                    (b.kind() == Kind::kInt || b.kind() == Kind::kBool);
+  const bool ints =
+      (a.kind() == Kind::kInt || a.kind() == Kind::kBool) && (b.kind() == Kind::kInt || b.kind() == Kind::kBool);
   const bool numbers = a.is_number() && b.is_number();
   if (op == "+") {
     if (ints) return Value::integer(checked(add_overflows, a.as_int(), b.as_int(), op));
@@ -324,9 +331,12 @@ bool contains(const Value& container, const Value& item) {
 
 Value get_attr(const Value& object, const std::string& name) {
   switch (object.kind()) {
-    case Kind::kUndefined: PLUMB_FAIL("cannot read attribute '{}' of an undefined value", name);
-    case Kind::kString: return string_method(object.as_string(), name);
-    case Kind::kList: return list_method(object, name);
+    case Kind::kUndefined:
+      PLUMB_FAIL("cannot read attribute '{}' of an undefined value", name);
+    case Kind::kString:
+      return string_method(object.as_string(), name);
+    case Kind::kList:
+      return list_method(object, name);
     case Kind::kNamespace: {
       const Value* v = object.find(name);
       return v ? *v : Value();
@@ -337,13 +347,15 @@ Value get_attr(const Value& object, const std::string& name) {
       const Value* v = object.find(name);
       return v ? *v : Value();
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
 Value get_item(const Value& object, const Value& key) {
   switch (object.kind()) {
-    case Kind::kUndefined: PLUMB_FAIL("cannot index an undefined value");
+    case Kind::kUndefined:
+      PLUMB_FAIL("cannot index an undefined value");
     case Kind::kDict:
     case Kind::kNamespace:
       if (key.is_string()) {
@@ -365,7 +377,8 @@ Value get_item(const Value& object, const Value& key) {
       const int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
       return i >= 0 && i < n ? Value::string(utf8_from_codepoints({cps[i]})) : Value();
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
@@ -391,8 +404,10 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
-    case Kind::kUndefined: return {};
-    case Kind::kList: return v.as_list();
+    case Kind::kUndefined:
+      return {};
+    case Kind::kList:
+      return v.as_list();
     case Kind::kDict:
     case Kind::kNamespace: {
       std::vector<Value> keys;
@@ -404,29 +419,31 @@ std::vector<Value> iterate(const Value& v) {
       for (char32_t cp : utf8_codepoints(v.as_string())) chars.push_back(Value::string(utf8_from_codepoints({cp})));
       return chars;
     }
-    default: PLUMB_FAIL("'{}' object is not iterable", v.type_name());
+    default:
+      PLUMB_FAIL("'{}' object is not iterable", v.type_name());
   }
 }
 
 Dict default_globals() {
   Dict g;
   g.emplace_back("range", Value::function("range", [](CallArgs& a) {
-    PLUMB_CHECK(a.keyword.empty() && !a.positional.empty() && a.positional.size() <= 3,
-                "range() takes 1 to 3 integer arguments");
-    for (const Value& v : a.positional) {
-      PLUMB_CHECK(v.kind() == Kind::kInt || v.kind() == Kind::kBool, "range() arguments must be integers");
-    }
-    const int64_t start = a.positional.size() > 1 ? a.positional[0].as_int() : 0;
-    const int64_t stop = a.positional.size() > 1 ? a.positional[1].as_int() : a.positional[0].as_int();
-    const int64_t step = a.positional.size() > 2 ? a.positional[2].as_int() : 1;
-    PLUMB_CHECK(step != 0, "range() arg 3 must not be zero");
-    List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      PLUMB_CHECK(static_cast<int64_t>(out.size()) < kMaxSequence, "range() is too long");
-      out.push_back(Value::integer(i));
-    }
-    return Value::list(std::move(out));
-  }));
+                   PLUMB_CHECK(a.keyword.empty() && !a.positional.empty() && a.positional.size() <= 3,
+                               "range() takes 1 to 3 integer arguments");
+                   for (const Value& v : a.positional) {
+                     PLUMB_CHECK(v.kind() == Kind::kInt || v.kind() == Kind::kBool,
+                                 "range() arguments must be integers");
+                   }
+                   const int64_t start = a.positional.size() > 1 ? a.positional[0].as_int() : 0;
+                   const int64_t stop = a.positional.size() > 1 ? a.positional[1].as_int() : a.positional[0].as_int();
+                   const int64_t step = a.positional.size() > 2 ? a.positional[2].as_int() : 1;
+                   PLUMB_CHECK(step != 0, "range() arg 3 must not be zero");
+                   List out;
+                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                     PLUMB_CHECK(static_cast<int64_t>(out.size()) < kMaxSequence, "range() is too long");
+                     out.push_back(Value::integer(i));
+                   }
+                   return Value::list(std::move(out));
+                 }));
   auto keyword_dict = [](CallArgs& a, bool name_space) {
     Dict items;
     PLUMB_CHECK(a.positional.size() <= 1, "{}() takes at most one positional argument",
@@ -437,8 +454,7 @@ Dict default_globals() {
       items = a.positional[0].as_dict();
     }
     for (const auto& keyword : a.keyword) {  // not a structured binding: clang 14 cannot capture those
-      auto it = std::find_if(items.begin(), items.end(),
-                             [&](const auto& item) { return item.first == keyword.first; });
+      auto it = std::find_if(items.begin(), items.end(), [&](const auto& item) { return item.first == keyword.first; });
       if (it != items.end()) {
         it->second = keyword.second;
       } else {
@@ -447,22 +463,21 @@ Dict default_globals() {
     }
     return name_space ? Value::name_space(std::move(items)) : Value::dict(std::move(items));
   };
-  g.emplace_back("namespace", Value::function("namespace", [keyword_dict](CallArgs& a) {
-    return keyword_dict(a, true);
-  }));
+  g.emplace_back("namespace",
+                 Value::function("namespace", [keyword_dict](CallArgs& a) { return keyword_dict(a, true); }));
   g.emplace_back("dict", Value::function("dict", [keyword_dict](CallArgs& a) { return keyword_dict(a, false); }));
   g.emplace_back("raise_exception", Value::function("raise_exception", [](CallArgs& a) -> Value {
-    PLUMB_FAIL("the template raised an exception: {}", arg(a, 0, "message").str());
-  }));
+                   PLUMB_FAIL("the template raised an exception: {}", arg(a, 0, "message").str());
+                 }));
   g.emplace_back("strftime_now", Value::function("strftime_now", [](CallArgs& a) {
-    const std::string format = string_arg(a, 0, "format", "strftime_now");
-    const std::time_t now = std::time(nullptr);
-    std::tm local{};
-    localtime_r(&now, &local);
-    char buffer[256];
-    const size_t n = std::strftime(buffer, sizeof(buffer), format.c_str(), &local);
-    return Value::string(std::string(buffer, n));
-  }));
+                   const std::string format = string_arg(a, 0, "format", "strftime_now");
+                   const std::time_t now = std::time(nullptr);
+                   std::tm local{};
+                   localtime_r(&now, &local);
+                   char buffer[256];
+                   const size_t n = std::strftime(buffer, sizeof(buffer), format.c_str(), &local);
+                   return Value::string(std::string(buffer, n));
+                 }));
   return g;
 }
 

@@ -20,8 +20,8 @@ class Params {
   Params(CallArgs& args, std::string_view fn, std::vector<std::string_view> names) : args_(args), names_(names) {
     PLUMB_CHECK(args.positional.size() <= names.size(), "{}() takes at most {} arguments", fn, names.size());
     for (const auto& [k, _] : args.keyword) {
-      PLUMB_CHECK(std::find(names.begin(), names.end(), k) != names.end(), "{}() got an unexpected keyword '{}'",
-                  fn, k);
+      PLUMB_CHECK(std::find(names.begin(), names.end(), k) != names.end(), "{}() got an unexpected keyword '{}'", fn,
+                  k);
     }
   }
   Value operator()(size_t index, Value fallback = Value()) const {
@@ -85,7 +85,9 @@ Value filter_items(const Value& seq, CallArgs& args, bool by_attribute, bool kee
 }
 
 std::string indent_text(const std::string& s, const Value& width, bool first, bool blank) {
-  const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(width.as_int(), 0)), ' ');
+  const std::string pad = width.is_string()
+                              ? width.as_string()
+                              : std::string(static_cast<size_t>(std::max<int64_t>(width.as_int(), 0)), ' ');
   std::string out;
   size_t start = 0;
   bool is_first = true;
@@ -125,11 +127,17 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     t["length"] = [](const Value& v, CallArgs&) {
       switch (v.kind()) {
-        case Kind::kString: return Value::integer(codepoint_count(v.as_string()));
-        case Kind::kList: return Value::integer(static_cast<int64_t>(v.as_list().size()));
-        case Kind::kDict: case Kind::kNamespace: return Value::integer(static_cast<int64_t>(v.as_dict().size()));
-        case Kind::kUndefined: return Value::integer(0);
-        default: PLUMB_FAIL("object of type '{}' has no len()", v.type_name());
+        case Kind::kString:
+          return Value::integer(codepoint_count(v.as_string()));
+        case Kind::kList:
+          return Value::integer(static_cast<int64_t>(v.as_list().size()));
+        case Kind::kDict:
+        case Kind::kNamespace:
+          return Value::integer(static_cast<int64_t>(v.as_dict().size()));
+        case Kind::kUndefined:
+          return Value::integer(0);
+        default:
+          PLUMB_FAIL("object of type '{}' has no len()", v.type_name());
       }
     };
     t["count"] = t["length"];
@@ -146,12 +154,23 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       std::string out;
       for (char c : v.str()) {
         switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
+          case '&':
+            out += "&amp;";
+            break;
+          case '<':
+            out += "&lt;";
+            break;
+          case '>':
+            out += "&gt;";
+            break;
+          case '"':
+            out += "&#34;";
+            break;
+          case '\'':
+            out += "&#39;";
+            break;
+          default:
+            out += c;
         }
       }
       return Value::string(std::move(out));
@@ -187,7 +206,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       for (const auto& [k, item] : v.as_dict()) pairs.push_back(Value::list({Value::string(k), item}));
       std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
         const size_t i = by_value ? 1 : 0;
-        return less(sort_key(x.as_list()[i], Value(), case_sensitive), sort_key(y.as_list()[i], Value(), case_sensitive));
+        return less(sort_key(x.as_list()[i], Value(), case_sensitive),
+                    sort_key(y.as_list()[i], Value(), case_sensitive));
       });
       if (p(2, Value::boolean(false)).truthy()) std::reverse(pairs.begin(), pairs.end());
       return Value::list(std::move(pairs));
@@ -261,7 +281,9 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
         const Params p(a, which, {"case_sensitive", "attribute"});
         const std::vector<Value> items = iterate(v);
         if (items.empty()) return Value();
-        auto key = [&](const Value& x) { return sort_key(x, p(1, Value::none()), p(0, Value::boolean(false)).truthy()); };
+        auto key = [&](const Value& x) {
+          return sort_key(x, p(1, Value::none()), p(0, Value::boolean(false)).truthy());
+        };
         size_t best = 0;
         for (size_t i = 1; i < items.size(); ++i) {
           if (is_max ? less(key(items[best]), key(items[i])) : less(key(items[i]), key(items[best]))) best = i;
@@ -380,8 +402,12 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       PLUMB_CHECK(d != 0, "divisibleby 0");
       return v.as_int() % d == 0;
     };
-    t["lower"] = [](const Value& v, CallArgs&) { return v.is_string() && python_case(v.as_string(), "lower") == v.as_string(); };
-    t["upper"] = [](const Value& v, CallArgs&) { return v.is_string() && python_case(v.as_string(), "upper") == v.as_string(); };
+    t["lower"] = [](const Value& v, CallArgs&) {
+      return v.is_string() && python_case(v.as_string(), "lower") == v.as_string();
+    };
+    t["upper"] = [](const Value& v, CallArgs&) {
+      return v.is_string() && python_case(v.as_string(), "upper") == v.as_string();
+    };
     t["eq"] = [other](const Value& v, CallArgs& a) { return equal(v, other(a, "eq")); };
     t["ne"] = [other](const Value& v, CallArgs& a) { return !equal(v, other(a, "ne")); };
     t["lt"] = [other](const Value& v, CallArgs& a) { return less(v, other(a, "lt")); };
@@ -398,9 +424,15 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       }
       return equal(v, o);
     };
-    for (const auto& [alias, name] : std::vector<std::pair<std::string, std::string>>{
-             {"equalto", "eq"}, {"==", "eq"}, {"!=", "ne"}, {"<", "lt"}, {"lessthan", "lt"}, {">", "gt"},
-             {"greaterthan", "gt"}, {"<=", "le"}, {">=", "ge"}}) {
+    for (const auto& [alias, name] : std::vector<std::pair<std::string, std::string>>{{"equalto", "eq"},
+                                                                                      {"==", "eq"},
+                                                                                      {"!=", "ne"},
+                                                                                      {"<", "lt"},
+                                                                                      {"lessthan", "lt"},
+                                                                                      {">", "gt"},
+                                                                                      {"greaterthan", "gt"},
+                                                                                      {"<=", "le"},
+                                                                                      {">=", "ge"}}) {
       t[alias] = t[name];
     }
     return t;
@@ -410,8 +442,12 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
 
 }  // namespace
 
-bool is_known_filter(std::string_view name) { return filters().count(name) > 0; }
-bool is_known_test(std::string_view name) { return tests().count(name) > 0; }
+bool is_known_filter(std::string_view name) {
+  return filters().count(name) > 0;
+}
+bool is_known_test(std::string_view name) {
+  return tests().count(name) > 0;
+}
 
 Value call_filter(std::string_view name, const Value& target, CallArgs& args) {
   const auto it = filters().find(name);

@@ -19,7 +19,9 @@ using ScopeStack = std::vector<std::shared_ptr<Scope>>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-bool has_line_prefix(const char* message) { return std::string_view(message).rfind("chat template line ", 0) == 0; }
+bool has_line_prefix(const char* message) {
+  return std::string_view(message).rfind("chat template line ", 0) == 0;
+}
 
 class Renderer {
  public:
@@ -57,14 +59,19 @@ class Renderer {
   Flow exec_node(const Node& node, std::string& out) {
     step();
     switch (node.kind) {
-      case NodeKind::kText: out += node.text; return Flow::kNormal;
-      case NodeKind::kOutput: out += eval(*node.expr).str(); return Flow::kNormal;
+      case NodeKind::kText:
+        out += node.text;
+        return Flow::kNormal;
+      case NodeKind::kOutput:
+        out += eval(*node.expr).str();
+        return Flow::kNormal;
       case NodeKind::kIf:
         for (const auto& [condition, body] : node.branches) {
           if (!condition || eval(*condition).truthy()) return exec(body, out);
         }
         return Flow::kNormal;
-      case NodeKind::kFor: return exec_for(node, out);
+      case NodeKind::kFor:
+        return exec_for(node, out);
       case NodeKind::kSet: {
         const Value value = eval(*node.expr);
         if (node.attr_object) {
@@ -88,13 +95,14 @@ class Renderer {
         (*scopes_.back())[node.text] = Value::string(std::move(captured));
         return Flow::kNormal;
       }
-      case NodeKind::kMacro: (*scopes_.back())[node.text] = make_macro(node); return Flow::kNormal;
+      case NodeKind::kMacro:
+        (*scopes_.back())[node.text] = make_macro(node);
+        return Flow::kNormal;
       case NodeKind::kCallBlock: {
         const Node* block = &node;
         const ScopeStack caller_scopes = scopes_;
-        const Value caller = Value::function("caller", [this, block, caller_scopes](CallArgs& args) {
-          return invoke(*block, caller_scopes, args);
-        });
+        const Value caller = Value::function(
+            "caller", [this, block, caller_scopes](CallArgs& args) { return invoke(*block, caller_scopes, args); });
         out += eval_call(*node.expr, &caller).str();
         return Flow::kNormal;
       }
@@ -107,9 +115,12 @@ class Renderer {
         out += filtered.str();
         return Flow::kNormal;
       }
-      case NodeKind::kBreak: return Flow::kBreak;
-      case NodeKind::kContinue: return Flow::kContinue;
-      case NodeKind::kGeneration: return exec(node.body, out);
+      case NodeKind::kBreak:
+        return Flow::kBreak;
+      case NodeKind::kContinue:
+        return Flow::kContinue;
+      case NodeKind::kGeneration:
+        return exec(node.body, out);
     }
     return Flow::kNormal;
   }
@@ -121,8 +132,7 @@ class Renderer {
       return;
     }
     const std::vector<Value> items = iterate(value);
-    PLUMB_CHECK(items.size() == targets.size(), "cannot unpack {} values into {} names", items.size(),
-                targets.size());
+    PLUMB_CHECK(items.size() == targets.size(), "cannot unpack {} values into {} names", items.size(), targets.size());
     for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
   }
 
@@ -151,10 +161,10 @@ class Renderer {
     });
     for (int64_t i = 0; i < n; ++i) {
       step();  // an empty body still costs an iteration
-      Dict loop{{"index", Value::integer(i + 1)},     {"index0", Value::integer(i)},
-                {"revindex", Value::integer(n - i)},  {"revindex0", Value::integer(n - i - 1)},
-                {"first", Value::boolean(i == 0)},    {"last", Value::boolean(i == n - 1)},
-                {"length", Value::integer(n)},        {"depth", Value::integer(1)},
+      Dict loop{{"index", Value::integer(i + 1)},    {"index0", Value::integer(i)},
+                {"revindex", Value::integer(n - i)}, {"revindex0", Value::integer(n - i - 1)},
+                {"first", Value::boolean(i == 0)},   {"last", Value::boolean(i == n - 1)},
+                {"length", Value::integer(n)},       {"depth", Value::integer(1)},
                 {"depth0", Value::integer(0)}};
       if (i > 0) loop.emplace_back("previtem", items[i - 1]);
       if (i + 1 < n) loop.emplace_back("nextitem", items[i + 1]);
@@ -260,8 +270,10 @@ class Renderer {
   Value eval(const Expr& e) {
     step();
     switch (e.kind) {
-      case ExprKind::kLiteral: return e.value;
-      case ExprKind::kName: return lookup(e.name);
+      case ExprKind::kLiteral:
+        return e.value;
+      case ExprKind::kName:
+        return lookup(e.name);
       case ExprKind::kList:
       case ExprKind::kTuple: {
         List items;
@@ -283,15 +295,18 @@ class Renderer {
         }
         return Value::dict(std::move(items));
       }
-      case ExprKind::kAttr: return get_attr(eval(*e.items[0]), e.name);
-      case ExprKind::kItem: return get_item(eval(*e.items[0]), eval(*e.items[1]));
+      case ExprKind::kAttr:
+        return get_attr(eval(*e.items[0]), e.name);
+      case ExprKind::kItem:
+        return get_item(eval(*e.items[0]), eval(*e.items[1]));
       case ExprKind::kSlice: {
         const Value target = eval(*e.items[0]);
         Value bounds[3];
         for (int k = 0; k < 3; ++k) bounds[k] = e.items[k + 1] ? eval(*e.items[k + 1]) : Value::none();
         return slice(target, bounds[0], bounds[1], bounds[2]);
       }
-      case ExprKind::kCall: return eval_call(e, nullptr);
+      case ExprKind::kCall:
+        return eval_call(e, nullptr);
       case ExprKind::kFilter: {
         const Value target = eval(*e.items[0]);
         CallArgs args = eval_arguments(e, 1);
@@ -302,7 +317,8 @@ class Renderer {
         CallArgs args = eval_arguments(e, 1);
         return Value::boolean(call_test(e.name, target, args) != e.negated);
       }
-      case ExprKind::kNot: return Value::boolean(!eval(*e.items[0]).truthy());
+      case ExprKind::kNot:
+        return Value::boolean(!eval(*e.items[0]).truthy());
       case ExprKind::kNegate: {
         const Value v = eval(*e.items[0]);
         PLUMB_CHECK(v.is_number(), "bad operand type for unary {}: '{}'", e.name, v.type_name());
@@ -311,16 +327,17 @@ class Renderer {
         PLUMB_CHECK(v.as_int() != INT64_MIN, "integer overflow in unary -");
         return Value::integer(-v.as_int());
       }
-      case ExprKind::kBinary: return binary_op(e.name, eval(*e.items[0]), eval(*e.items[1]));
+      case ExprKind::kBinary:
+        return binary_op(e.name, eval(*e.items[0]), eval(*e.items[1]));
       case ExprKind::kCompare: {
         Value left = eval(*e.items[0]);
         for (size_t i = 0; i < e.ops.size(); ++i) {
           Value right = eval(*e.items[i + 1]);
           const std::string& op = e.ops[i];
-          const bool result = op == "==" ? equal(left, right)
+          const bool result = op == "=="   ? equal(left, right)
                               : op == "!=" ? !equal(left, right)
-                              : op == "<" ? less(left, right)
-                              : op == ">" ? less(right, left)
+                              : op == "<"  ? less(left, right)
+                              : op == ">"  ? less(right, left)
                               : op == "<=" ? !less(right, left)
                               : op == ">=" ? !less(left, right)
                               : op == "in" ? contains(right, left)
@@ -352,6 +369,8 @@ class Renderer {
 
 }  // namespace
 
-std::string render(const Body& body, const Dict& variables) { return Renderer(variables).run(body); }
+std::string render(const Body& body, const Dict& variables) {
+  return Renderer(variables).run(body);
+}
 
 }  // namespace plumb::tokenizer::jinja

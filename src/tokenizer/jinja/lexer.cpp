@@ -39,7 +39,9 @@ size_t skip_python_space(std::string_view s, size_t i) {
   return i;
 }
 
-bool all_python_space(std::string_view s) { return !s.empty() && skip_python_space(s, 0) == s.size(); }
+bool all_python_space(std::string_view s) {
+  return !s.empty() && skip_python_space(s, 0) == s.size();
+}
 
 // Python's "unicode-escape" decoding of a string literal's body, which is what Jinja applies to literals.
 std::string unescape(std::string_view body, int line) {
@@ -56,25 +58,51 @@ std::string unescape(std::string_view body, int line) {
                   "chat template line {}: bad \\{} escape in a string", line, e);
       i += digits;
       const auto cp = static_cast<char32_t>(std::stoul(h, nullptr, 16));
-      PLUMB_CHECK(cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), "chat template line {}: bad code point escape",
-                  line);
+      PLUMB_CHECK(cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), "chat template line {}: bad code point escape", line);
       utf8_append(out, cp);
     };
     switch (e) {
-      case '\n': break;  // a backslash-newline continues the line
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case '\n':
+        break;  // a backslash-newline continues the line
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (e >= '0' && e <= '7') {
           int value = e - '0';
@@ -104,9 +132,8 @@ class Lexer {
       }
       const char k = src_[start + 1];
       const TagKind kind = k == '{' ? TagKind::kVariable : k == '%' ? TagKind::kBlock : TagKind::kComment;
-      const char sign = start + 2 < src_.size() && (src_[start + 2] == '-' || src_[start + 2] == '+')
-                            ? src_[start + 2]
-                            : '\0';
+      const char sign =
+          start + 2 < src_.size() && (src_[start + 2] == '-' || src_[start + 2] == '+') ? src_[start + 2] : '\0';
       std::string_view text = std::string_view(src_).substr(pos_, start - pos_);
       const int text_newlines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
       text = trim_before_tag(text, sign, kind != TagKind::kVariable);
@@ -216,14 +243,13 @@ class Lexer {
     const std::string close = kind == TagKind::kBlock ? "%}" : "}}";
     std::vector<char> brackets;  // an end tag only counts outside (), [] and {}
     while (true) {
-      PLUMB_CHECK(pos_ < src_.size(), "chat template line {}: unexpected end of template, expected '{}'",
-                  begin_line, close);
+      PLUMB_CHECK(pos_ < src_.size(), "chat template line {}: unexpected end of template, expected '{}'", begin_line,
+                  close);
       if (brackets.empty()) {
         const bool minus = src_[pos_] == '-' && src_.compare(pos_ + 1, 2, close) == 0;
         const bool plus = kind == TagKind::kBlock && src_[pos_] == '+' && src_.compare(pos_ + 1, 2, close) == 0;
         if (minus || plus || src_.compare(pos_, 2, close) == 0) {
-          tokens_.push_back(
-              {kind == TagKind::kBlock ? TokenType::kBlockEnd : TokenType::kVariableEnd, "", line_});
+          tokens_.push_back({kind == TagKind::kBlock ? TokenType::kBlockEnd : TokenType::kVariableEnd, "", line_});
           if (kind == TagKind::kBlock) {
             pos_ = after_block_end(pos_, minus ? '-' : plus ? '+' : '\0', 2);
           } else {

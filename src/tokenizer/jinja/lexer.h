@@ -9,8 +9,19 @@
 
 namespace plumb::tokenizer::jinja {
 
-enum class TokenType { kText, kVariableBegin, kVariableEnd, kBlockBegin, kBlockEnd, kName, kString, kInteger,
-                       kFloat, kOperator, kEnd };
+enum class TokenType {
+  kText,
+  kVariableBegin,
+  kVariableEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInteger,
+  kFloat,
+  kOperator,
+  kEnd
+};
 
 struct Token {
   TokenType type;

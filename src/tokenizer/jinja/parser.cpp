@@ -540,8 +540,7 @@ class Parser {
         pipe = false;
         ExprPtr e = make(ExprKind::kFilter, peek().line);
         e->name = expect_name();
-        PLUMB_CHECK(is_known_filter(e->name), "chat template line {}: filter '{}' is not supported", e->line,
-                    e->name);
+        PLUMB_CHECK(is_known_filter(e->name), "chat template line {}: filter '{}' is not supported", e->line, e->name);
         e->items.push_back(std::move(node));
         if (at_op("(")) parse_arguments(*e);
         node = std::move(e);
@@ -580,6 +579,8 @@ class Parser {
 
 }  // namespace
 
-Body parse_template(std::string_view source) { return Parser(tokenize_template(source)).parse_all(); }
+Body parse_template(std::string_view source) {
+  return Parser(tokenize_template(source)).parse_all();
+}
 
 }  // namespace plumb::tokenizer::jinja

@@ -11,15 +11,31 @@
 namespace plumb::tokenizer::jinja {
 namespace {
 
-bool is_space(char32_t cp) { return is_unicode_space(cp, true); }
+bool is_space(char32_t cp) {
+  return is_unicode_space(cp, true);
+}
 
-utf8proc_category_t category(char32_t cp) { return utf8proc_category(static_cast<utf8proc_int32_t>(cp)); }
-bool is_cased_upper(char32_t cp) { return category(cp) == UTF8PROC_CATEGORY_LU || category(cp) == UTF8PROC_CATEGORY_LT; }
-bool is_cased_lower(char32_t cp) { return category(cp) == UTF8PROC_CATEGORY_LL; }
-bool is_cased(char32_t cp) { return is_cased_upper(cp) || is_cased_lower(cp); }
-char32_t to_upper(char32_t cp) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp))); }
-char32_t to_lower(char32_t cp) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))); }
-char32_t to_title(char32_t cp) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(cp))); }
+utf8proc_category_t category(char32_t cp) {
+  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+}
+bool is_cased_upper(char32_t cp) {
+  return category(cp) == UTF8PROC_CATEGORY_LU || category(cp) == UTF8PROC_CATEGORY_LT;
+}
+bool is_cased_lower(char32_t cp) {
+  return category(cp) == UTF8PROC_CATEGORY_LL;
+}
+bool is_cased(char32_t cp) {
+  return is_cased_upper(cp) || is_cased_lower(cp);
+}
+char32_t to_upper(char32_t cp) {
+  return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp)));
+}
+char32_t to_lower(char32_t cp) {
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)));
+}
+char32_t to_title(char32_t cp) {
+  return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(cp)));
+}
 
 }  // namespace
 
@@ -30,9 +46,7 @@ int64_t codepoint_count(std::string_view s) {
 std::string python_strip(const std::string& s, const std::string* chars, bool left, bool right) {
   const std::vector<char32_t> cps = utf8_codepoints(s);
   const std::vector<char32_t> set = chars ? utf8_codepoints(*chars) : std::vector<char32_t>();
-  auto strip = [&](char32_t cp) {
-    return chars ? std::find(set.begin(), set.end(), cp) != set.end() : is_space(cp);
-  };
+  auto strip = [&](char32_t cp) { return chars ? std::find(set.begin(), set.end(), cp) != set.end() : is_space(cp); };
   size_t lo = 0, hi = cps.size();
   while (left && lo < hi && strip(cps[lo])) ++lo;
   while (right && hi > lo && strip(cps[hi - 1])) --hi;
@@ -40,14 +54,14 @@ std::string python_strip(const std::string& s, const std::string* chars, bool le
                                                     cps.begin() + static_cast<std::ptrdiff_t>(hi)));
 }
 
-std::vector<std::string> python_split(const std::string& s, const std::string* sep, int64_t maxsplit,
-                                      bool from_right) {
+std::vector<std::string> python_split(const std::string& s, const std::string* sep, int64_t maxsplit, bool from_right) {
   std::vector<std::string> parts;
   if (sep != nullptr) {
     PLUMB_CHECK(!sep->empty(), "empty separator");
     if (!from_right) {
       size_t start = 0;
-      for (size_t at = s.find(*sep); at != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit);
+      for (size_t at = s.find(*sep);
+           at != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit);
            at = s.find(*sep, start)) {
         parts.push_back(s.substr(start, at - start));
         start = at + sep->size();
@@ -82,7 +96,8 @@ std::vector<std::string> python_split(const std::string& s, const std::string* s
     } else {
       while (j < cps.size() && !is_space(cps[j])) ++j;
     }
-    std::vector<char32_t> word(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j));
+    std::vector<char32_t> word(cps.begin() + static_cast<std::ptrdiff_t>(i),
+                               cps.begin() + static_cast<std::ptrdiff_t>(j));
     if (from_right) std::reverse(word.begin(), word.end());
     parts.push_back(utf8_from_codepoints(word));
     i = j;
@@ -165,8 +180,8 @@ int64_t python_count(const std::string& s, const std::string& sub) {
 }
 
 bool python_predicate_known(std::string_view name) {
-  for (std::string_view known : {"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", "isnumeric",
-                                 "isdecimal", "istitle"}) {
+  for (std::string_view known :
+       {"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", "isnumeric", "isdecimal", "istitle"}) {
     if (name == known) return true;
   }
   return false;

@@ -17,8 +17,14 @@ namespace {
 bool printable(char32_t cp) {
   if (cp == ' ') return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
-    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
       return false;
     default:
       return true;
@@ -40,9 +46,9 @@ std::string python_string_repr(const std::string& s) {
     } else if (cp == '\t') {
       out += "\\t";
     } else if (!printable(cp)) {
-      out += cp < 0x100 ? fmt::format("\\x{:02x}", static_cast<uint32_t>(cp))
-                        : cp < 0x10000 ? fmt::format("\\u{:04x}", static_cast<uint32_t>(cp))
-                                       : fmt::format("\\U{:08x}", static_cast<uint32_t>(cp));
+      out += cp < 0x100     ? fmt::format("\\x{:02x}", static_cast<uint32_t>(cp))
+             : cp < 0x10000 ? fmt::format("\\u{:04x}", static_cast<uint32_t>(cp))
+                            : fmt::format("\\U{:08x}", static_cast<uint32_t>(cp));
     } else {
       utf8_append(out, cp);
     }
@@ -56,13 +62,27 @@ void append_json_string(std::string& out, const std::string& s) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<int>(c));
@@ -82,15 +102,23 @@ void append_json(std::string& out, const Value& v, int indent, int depth, const 
     out.append(static_cast<size_t>(indent * level), ' ');
   };
   switch (v.kind()) {
-    case Kind::kNone: out += "null"; return;
-    case Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Kind::kNone:
+      out += "null";
+      return;
+    case Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
     case Kind::kFloat: {
       const double d = v.as_float();
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : python_float_repr(d);
       return;
     }
-    case Kind::kString: append_json_string(out, v.as_string()); return;
+    case Kind::kString:
+      append_json_string(out, v.as_string());
+      return;
     case Kind::kList: {
       if (v.as_list().empty()) {
         out += "[]";
@@ -193,15 +221,20 @@ Value Value::function(std::string name, Function fn) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       return u <= static_cast<uint64_t>(INT64_MAX) ? integer(static_cast<int64_t>(u)) : real(static_cast<double>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return real(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List items;
       for (const auto& e : j) items.push_back(from_json(e));
@@ -212,20 +245,31 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
       return dict(std::move(items));
     }
-    default: PLUMB_FAIL("unsupported JSON value in chat template arguments");
+    default:
+      PLUMB_FAIL("unsupported JSON value in chat template arguments");
   }
 }
 
 bool Value::truthy() const {
   switch (kind_) {
-    case Kind::kUndefined: case Kind::kNone: return false;
-    case Kind::kBool: return b_;
-    case Kind::kInt: return i_ != 0;
-    case Kind::kFloat: return f_ != 0;
-    case Kind::kString: return !s_->empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kDict: return !dict_->empty();
-    case Kind::kNamespace: case Kind::kFunction: return true;
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0;
+    case Kind::kString:
+      return !s_->empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return !dict_->empty();
+    case Kind::kNamespace:
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
@@ -240,36 +284,55 @@ const Value* Value::find(const std::string& key) const {
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kString: return *s_;
-    default: return repr();
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return *s_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return b_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(i_);
-    case Kind::kFloat: return python_float_repr(f_);
-    case Kind::kString: return python_string_repr(*s_);
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return b_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(i_);
+    case Kind::kFloat:
+      return python_float_repr(f_);
+    case Kind::kString:
+      return python_string_repr(*s_);
     case Kind::kList: {
       std::string out = "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
@@ -283,13 +346,13 @@ std::string Value::repr() const {
       }
       return out + (kind_ == Kind::kNamespace ? "}>" : "}");
     }
-    case Kind::kFunction: return "<function " + *s_ + ">";
+    case Kind::kFunction:
+      return "<function " + *s_ + ">";
   }
   return "";
 }
 
-std::string Value::to_json(int indent, const std::string& item_sep, const std::string& key_sep,
-                           bool sort_keys) const {
+std::string Value::to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const {
   std::string out;
   append_json(out, *this, indent, 0, item_sep, key_sep, sort_keys);
   return out;
@@ -336,8 +399,11 @@ bool equal(const Value& a, const Value& b) {
   }
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case Kind::kUndefined: case Kind::kNone: return true;
-    case Kind::kString: return a.as_string() == b.as_string();
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return true;
+    case Kind::kString:
+      return a.as_string() == b.as_string();
     case Kind::kList:
       return std::equal(a.as_list().begin(), a.as_list().end(), b.as_list().begin(), b.as_list().end(), equal);
     case Kind::kDict: {
@@ -348,7 +414,8 @@ bool equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.identity() == b.identity();  // namespaces and functions
+    default:
+      return a.identity() == b.identity();  // namespaces and functions
   }
 }
 
@@ -360,8 +427,8 @@ bool less(const Value& a, const Value& b) {
   // UTF-8 byte order is code-point order, which is how Python orders str.
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
   if (a.kind() == Kind::kList && b.kind() == Kind::kList) {
-    return std::lexicographical_compare(a.as_list().begin(), a.as_list().end(), b.as_list().begin(),
-                                        b.as_list().end(), less);
+    return std::lexicographical_compare(a.as_list().begin(), a.as_list().end(), b.as_list().begin(), b.as_list().end(),
+                                        less);
   }
   PLUMB_FAIL("'<' not supported between instances of '{}' and '{}'", a.type_name(), b.type_name());
 }

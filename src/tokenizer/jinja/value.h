@@ -3,11 +3,10 @@
 // and immutable once built, as in transformers' ImmutableSandboxedEnvironment; only namespace() objects change.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
