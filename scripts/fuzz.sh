@@ -39,6 +39,13 @@ for i, r in enumerate(json.load(open(os.path.join(fx, "tiny/render.json")))[:10]
     seed(f"conversation{i}", 3, json.dumps(r["kwargs"], ensure_ascii=False))
 PY
 
-echo "fuzz.sh: fuzzing for ${seconds}s"
-PLUMB_SOURCE_DIR="$root" ./tokenizer_fuzz corpus -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-  -max_len=4096 -print_final_stats=1
+echo "fuzz.sh: fuzzing for ${seconds}s (log: $out/fuzz.log)"
+# libFuzzer's progress lines go to the log; on failure its tail (the crash report) is printed.
+if ! PLUMB_SOURCE_DIR="$root" ./tokenizer_fuzz corpus -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+  -max_len=4096 -print_final_stats=1 >fuzz.log 2>&1; then
+  tail -n 60 fuzz.log
+  echo "fuzz.sh: FAILED (crash input in $out)"
+  exit 1
+fi
+grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" fuzz.log || true
+echo "fuzz.sh: no crash, hang or sanitizer report"

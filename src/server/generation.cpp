@@ -46,7 +46,7 @@ class GenerationRun {
     return status;
   }
   Json chunk_base() const;
-  Json logprobs_json(const std::vector<GeneratedToken>& tokens) const;
+  Json logprobs_json(const std::vector<GeneratedToken>& tokens);
   Json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index) const;
   void on_text(const std::string& text);
   void deliver(const OutputDelta& delta);
@@ -73,6 +73,7 @@ class GenerationRun {
   OutputDelta whole_;                             // the answer so far (not streaming)
   std::vector<GeneratedToken> all_logprobs_;      // (not streaming)
   size_t tool_calls_sent_ = 0;
+  int64_t text_offset_ = 0;  // characters of completion text that earlier logprobs entries covered
 };
 
 Json GenerationRun::chunk_base() const {
@@ -83,7 +84,7 @@ Json GenerationRun::chunk_base() const {
   return j;
 }
 
-Json GenerationRun::logprobs_json(const std::vector<GeneratedToken>& tokens) const {
+Json GenerationRun::logprobs_json(const std::vector<GeneratedToken>& tokens) {
   const tokenizer::Tokenizer& tok = model_.text.tokenizer();
   if (chat_) {
     auto entry = [&](int32_t id, float logprob) {
@@ -111,7 +112,9 @@ Json GenerationRun::logprobs_json(const std::vector<GeneratedToken>& tokens) con
     Json top = Json::object();
     for (const TokenLogprob& alt : t.top) top[std::string(tok.token_bytes(alt.id))] = alt.logprob;
     out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(0);
+    // Offsets count characters from the start of the completion: UTF-8 bytes that begin a character.
+    out["text_offset"].push_back(text_offset_);
+    for (unsigned char c : tok.token_bytes(t.id)) text_offset_ += (c & 0xc0) != 0x80;
   }
   return out;
 }

@@ -189,6 +189,9 @@ describe("plumb serve", { timeout: 240_000 }, () => {
     for (let i = 0; i < lp.tokens.length; ++i) {
       assert.ok(lp.token_logprobs[i] <= 0);
       assert.ok(Object.keys(lp.top_logprobs[i]).length >= 1);
+      // Each token starts where the previous ones' text ends (in characters of the completion).
+      const before = lp.tokens.slice(0, i).join("");
+      assert.equal(lp.text_offset[i], [...before].length);
     }
     const stream = await client.completions.create({ model: modelId, prompt: "Once upon a time", stream: true,
       ...greedy });
