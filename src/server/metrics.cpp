@@ -62,28 +62,24 @@ std::string Metrics::render(const EngineStats& engine) const {
   header("plumb_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
   for (const auto& [key, count] : requests_)
     out += fmt::format("plumb_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, count);
-  header("plumb_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
-  out += fmt::format("plumb_prompt_tokens_total {}\n", prompt_tokens_);
-  header("plumb_generation_tokens_total", "counter", "Tokens generated.");
-  out += fmt::format("plumb_generation_tokens_total {}\n", generated_tokens_);
+  // A metric with one unlabelled sample.
+  auto single = [&](const char* name, const char* type, const char* help, auto value) {
+    header(name, type, help);
+    out += fmt::format("{} {}\n", name, value);
+  };
+  single("plumb_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", prompt_tokens_);
+  single("plumb_generation_tokens_total", "counter", "Tokens generated.", generated_tokens_);
   header("plumb_time_to_first_token_seconds", "histogram", "From request received to first token generated.");
   out += ttft_.render("plumb_time_to_first_token_seconds");
   header("plumb_inter_token_latency_seconds", "histogram", "Between consecutive tokens of one request.");
   out += itl_.render("plumb_inter_token_latency_seconds");
-  header("plumb_queue_depth", "gauge", "Requests waiting for admission.");
-  out += fmt::format("plumb_queue_depth {}\n", engine.waiting);
-  header("plumb_running_batch_size", "gauge", "Sequences in the running batch.");
-  out += fmt::format("plumb_running_batch_size {}\n", engine.running);
-  header("plumb_state_slots_used", "gauge", "Recurrent-state slots in use.");
-  out += fmt::format("plumb_state_slots_used {}\n", engine.state_slots_used);
-  header("plumb_state_slots_total", "gauge", "Recurrent-state slots.");
-  out += fmt::format("plumb_state_slots_total {}\n", engine.state_slots_total);
-  header("plumb_kv_pages_used", "gauge", "KV-cache pages reserved.");
-  out += fmt::format("plumb_kv_pages_used {}\n", engine.kv_pages_used);
-  header("plumb_kv_pages_total", "gauge", "KV-cache pages.");
-  out += fmt::format("plumb_kv_pages_total {}\n", engine.kv_pages_total);
-  header("plumb_engine_steps_total", "counter", "Engine steps run.");
-  out += fmt::format("plumb_engine_steps_total {}\n", engine.steps);
+  single("plumb_queue_depth", "gauge", "Requests waiting for admission.", engine.waiting);
+  single("plumb_running_batch_size", "gauge", "Sequences in the running batch.", engine.running);
+  single("plumb_state_slots_used", "gauge", "Recurrent-state slots in use.", engine.state_slots_used);
+  single("plumb_state_slots_total", "gauge", "Recurrent-state slots.", engine.state_slots_total);
+  single("plumb_kv_pages_used", "gauge", "KV-cache pages reserved.", engine.kv_pages_used);
+  single("plumb_kv_pages_total", "gauge", "KV-cache pages.", engine.kv_pages_total);
+  single("plumb_engine_steps_total", "counter", "Engine steps run.", engine.steps);
   return out;
 }
 
