@@ -1,22 +1,124 @@
 #!/usr/bin/env bash
-# The whole check on the GPU machine, in one call. Build plumb here first (scripts/build_device.sh), then run on the
-# device machine from the repository root:  bash scripts/gpu_check.sh
-# Steps: the machine's facts; plumb against Hugging Face transformers on held-out qwen3_next models; the default
-# model generating text through its tokenizer and chat template.
+# The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
+# device machine, from the repository root, with build/device/bin carried:
+#   bash scripts/gpu_check.sh [harness] [e2e] [sanitize] [bench] [heldout] [demo]     (no argument: all of them)
+# harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance
+# e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
+# sanitize  compute-sanitizer memcheck and racecheck on the harness and on one generation
+# bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
+# heldout   plumb (CPU) against transformers on held-out models (tools/heldout_check.py)
+# demo      the default model generating text on the GPU
+# Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-plumb=build/device/bin/plumb
-export LD_LIBRARY_PATH="$root/build/device/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin=build/device/bin
+plumb=$bin/plumb
+export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
+steps=${*:-harness e2e sanitize bench heldout demo}
+declare -A result
+want() { [[ " $steps " == *" $1 "* ]]; }
+record() { result[$1]=$2; echo "== $1: $2"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader || true
+[ -x "$plumb" ] || { echo "gpu_check: $plumb is missing: run scripts/build_device.sh and carry $bin"; exit 1; }
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+if want harness; then
+  echo "== harness"
+  "$bin/gpu_op_harness" 2>&1 | tee "$out/harness.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |worst|seed|^\[==' | tail -80
+  record harness "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+fi
+
+if want e2e; then
+  echo "== end to end"
+  PYTHONUNBUFFERED=1 python3 tools/gpu_end_to_end.py --plumb "$plumb" 2>&1 | tee "$out/e2e.log"
+  record e2e "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+fi
+
+if want sanitize; then
+  echo "== compute-sanitizer"
+  model=tests/fixtures/models/qwen3_next_moe
+  ok=pass
+  # Every real case under memcheck; racecheck (far slower) skips the largest sizes. The planted controls are left out:
+  # two of them race on purpose.
+  for tool in memcheck racecheck; do
+    filter='Ops/Cases.*'
+    [ $tool = racecheck ] && filter='Ops/Cases.*-*large*:*race*'
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_op_harness" --gtest_filter="$filter" \
+      >"$out/sanitize_${tool}_harness.log" 2>&1 || ok=FAIL
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$plumb" generate --model $model \
+      --ids 1,2,3,4,5,6,7,8,9 --device cuda --max-tokens 8 --ignore-eos --print-ids \
+      >"$out/sanitize_${tool}_generate.log" 2>&1 || ok=FAIL
+    tail -n 2 "$out/sanitize_${tool}_harness.log" "$out/sanitize_${tool}_generate.log"
+  done
+  record sanitize $ok
+fi
+
+if want bench; then
+  echo "== bench"
+  tflops=$(python3 - <<'PY' 2>/dev/null
+import torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+for _ in range(3): a @ b
+times = []
+for _ in range(20):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); a @ b; e.record(); torch.cuda.synchronize(); times.append(s.elapsed_time(e))
+times.sort()
+print(f"{2 * 8192 ** 3 / (times[len(times) // 2] * 1e-3) / 1e12:.1f}")
+PY
+)
+  echo "torch (cuBLAS) BF16 8192^3 matmul on random data: ${tflops:-unknown} TFLOP/s"
+  ok=pass
+  for model in qwen3.5-35b-a3b qwen3-next-80b-a3b-reduced; do
+    "$plumb" bench --device cuda --synthetic --model $model --commit "$commit" ${tflops:+--tensor-rate-tflops $tflops} \
+      --json "$out/bench_$model.json" 2>&1 | tee "$out/bench_$model.log" || ok=FAIL
+  done
+  record bench $ok
+fi
+
+if want heldout; then
+  echo "== held-out transformers comparison (CPU backend)"
+  PYTHONUNBUFFERED=1 python3 tools/heldout_check.py --plumb "$plumb" --work /tmp/heldout 2>&1 | tee "$out/heldout.log"
+  record heldout "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+fi
+
+if want demo; then
+  echo "== the default model on the GPU, text in and out"
+  "$plumb" generate --model models/default --chat "Tell me a fortune." --temperature 0.8 --top-p 0.9 --seed 2 \
+    --max-tokens 48 --device cuda
+  ok=$([ $? = 0 ] && echo pass || echo FAIL)
+  echo "== plumb serve --device cuda answering OpenAI clients (curl): one chat, one stream, 16 at once"
+  "$plumb" serve --model models/default --device cuda --port 18080 >"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 60); do curl -sf localhost:18080/health >/dev/null && break; sleep 1; done
+  body='{"model":"default","messages":[{"role":"user","content":"Tell me a fortune."}],"max_tokens":24,"seed":1}'
+  curl -sf localhost:18080/v1/chat/completions -H 'Content-Type: application/json' -d "$body" | tee "$out/serve_chat.json" \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin); print("chat:", repr(r["choices"][0]["message"]["content"]))' \
+    || ok=FAIL
+  curl -sfN localhost:18080/v1/chat/completions -H 'Content-Type: application/json' \
+    -d "${body%\}},\"stream\":true}" | grep -c '^data: ' | xargs echo "stream events:" || ok=FAIL
+  clients=()
+  for i in $(seq 16); do
+    curl -sf localhost:18080/v1/chat/completions -H 'Content-Type: application/json' -d "${body/\"seed\":1/\"seed\":$i}" \
+      -o "$out/serve_parallel_$i.json" &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  answered=$(grep -l '"finish_reason"' "$out"/serve_parallel_*.json 2>/dev/null | wc -l)
+  echo "concurrent requests answered: $answered of 16"
+  [ "$answered" = 16 ] || ok=FAIL
+  kill $server 2>/dev/null
+  record demo $ok
+fi
+
+echo "== summary ($commit)"
 status=0
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-[ -x "$plumb" ] || { echo "gpu_check: $plumb is missing: run scripts/build_device.sh and carry build/device/bin"; exit 1; }
-echo "== held-out transformers comparison"
-PYTHONUNBUFFERED=1 python3 tools/heldout_check.py --plumb "$plumb" --work /tmp/heldout 2>&1 | tee "$out/heldout.log" \
-  || status=1
-echo "== the default model, text in and out"
-"$plumb" generate --model models/default --chat "Tell me a fortune." --temperature 0.8 --top-p 0.9 --seed 2 \
-  --max-tokens 48 || status=1
+for step in $steps; do
+  echo "  $step: ${result[$step]:-not run}"
+  [ "${result[$step]:-}" = pass ] || status=1
+done
 exit $status

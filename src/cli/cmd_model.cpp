@@ -1,5 +1,6 @@
 // plumb logits | generate | inspect: running a model folder from the command line.
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -21,10 +22,9 @@ void print_hash(const char* what, const Tensor& t) {
   std::printf("%s %016llx\n", what, static_cast<unsigned long long>(fnv1a64(t.data(), t.nbytes())));
 }
 
-// FNV-1a of the logits and of every layer's final recurrent, conv and KV state (the filled rows only).
-void print_hashes(const Qwen3NextModel& model, const SequenceState& state, const Tensor& logits) {
+// FNV-1a of every layer's final recurrent, conv and KV state (the filled rows only).
+void print_state_hashes(const Qwen3NextModel& model, const SequenceState& state) {
   Backend& be = model.backend();
-  print_hash("logits", be.download(logits));
   for (size_t i = 0; i < state.layers.size(); ++i) {
     const LayerState& l = state.layers[i];
     const std::string layer = "layer" + std::to_string(i) + ".";
@@ -32,8 +32,8 @@ void print_hashes(const Qwen3NextModel& model, const SequenceState& state, const
       print_hash((layer + "recurrent").c_str(), be.download(l.recurrent_state));
       print_hash((layer + "conv").c_str(), be.download(l.conv_state));
     } else {
-      print_hash((layer + "k").c_str(), be.download(l.k_cache.rows(0, state.position)));
-      print_hash((layer + "v").c_str(), be.download(l.v_cache.rows(0, state.position)));
+      print_hash((layer + "k").c_str(), be.download(l.kv.k.rows(0, state.position)));
+      print_hash((layer + "v").c_str(), be.download(l.kv.v.rows(0, state.position)));
     }
   }
 }
@@ -41,26 +41,65 @@ void print_hashes(const Qwen3NextModel& model, const SequenceState& state, const
 struct LogitsArgs {
   std::string model, ids, out, device = "cpu";
   bool hash = false;
+  int64_t batch = 1;          // sequences in each forward call: the asked one and batch - 1 companions
+  int64_t prefill_chunk = 0;  // tokens per forward call (0: the whole prompt at once)
 };
+
+// The companions of a --batch run: other prompts of other lengths drawn from the same ids, so the asked sequence
+// shares every forward call with sequences that differ from it.
+std::vector<int32_t> companion_piece(const std::vector<int32_t>& ids, int64_t companion, int64_t call, int64_t vocab) {
+  const int64_t length = 1 + (companion * 37 + call * 11) % 90;
+  std::vector<int32_t> piece(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t)
+    piece[t] = static_cast<int32_t>((ids[(companion + t) % ids.size()] + companion * 131 + t) % vocab);
+  return piece;
+}
+
+// Runs the prompt in pieces of --prefill-chunk tokens, each forward call shared with --batch - 1 companions (the
+// asked sequence sits in the middle of the batch). Returns the asked sequence's logits [T, V] on the host.
+Tensor prefill_logits(const Qwen3NextModel& model, const LogitsArgs& a, const std::vector<int32_t>& ids,
+                      SequenceState& state) {
+  PLUMB_CHECK(a.batch >= 1 && a.batch <= 256, "--batch {}: expected 1 to 256 sequences", a.batch);
+  PLUMB_CHECK(a.prefill_chunk >= 0, "--prefill-chunk {}: expected a count of tokens >= 0", a.prefill_chunk);
+  const int64_t T = static_cast<int64_t>(ids.size()), V = model.config().vocab_size;
+  const int64_t chunk = a.prefill_chunk > 0 ? a.prefill_chunk : T;
+  const size_t asked = static_cast<size_t>(a.batch / 2);
+  std::vector<SequenceState> companions;
+  for (int64_t j = 1; j < a.batch; ++j) companions.push_back(model.new_sequence());
+  Tensor out = Tensor::zeros(DType::kF32, {T, V});  // [T, V]
+  for (int64_t begin = 0, call = 0; begin < T; begin += chunk, ++call) {
+    const int64_t end = std::min(T, begin + chunk);
+    std::vector<SequenceInput> batch;
+    for (size_t j = 0; j < companions.size(); ++j)
+      batch.push_back({&companions[j], companion_piece(ids, static_cast<int64_t>(j) + 1, call, V)});
+    batch.insert(batch.begin() + static_cast<std::ptrdiff_t>(asked),
+                 SequenceInput{&state, std::vector<int32_t>(ids.begin() + begin, ids.begin() + end)});
+    const Tensor logits = model.backend().download(model.forward(batch, LogitsRows::kAll));  // [Σ rows, V]
+    int64_t row = 0;
+    for (size_t j = 0; j < asked; ++j) row += static_cast<int64_t>(batch[j].ids.size());
+    std::memcpy(out.f32() + begin * V, logits.f32() + row * V, static_cast<size_t>((end - begin) * V) * sizeof(float));
+  }
+  return out;
+}
 
 void run_logits(const LogitsArgs& a) {
   const auto backend = make_backend(a.device);
   const Qwen3NextModel model = open_model(a.model, *backend);
   const std::vector<int32_t> ids = parse_token_ids(a.ids, "--ids", model.config().vocab_size);
   SequenceState state = model.new_sequence(static_cast<int64_t>(ids.size()));
-  const Tensor logits = model.forward(state, ids, LogitsRows::kAll);  // [T, V]
-  if (!a.out.empty()) {
-    const Tensor host = backend->download(logits);
-    write_npy_f32(a.out, host.f32(), host.shape());
+  const Tensor logits = prefill_logits(model, a, ids, state);  // [T, V] on the host
+  if (!a.out.empty()) write_npy_f32(a.out, logits.f32(), logits.shape());
+  if (a.hash) {
+    print_hash("logits", logits);
+    print_state_hashes(model, state);
   }
-  if (a.hash) print_hashes(model, state, logits);
 }
 
 struct GenerateArgs {
   std::string model, ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   SamplingParams sampling;
-  bool print_ids = false, ignore_eos = false;
+  bool print_ids = false, ignore_eos = false, hash = false;
 };
 
 // The prompt's ids: --ids as given, --prompt through the model folder's tokenizer, --chat through its chat template
@@ -113,6 +152,12 @@ void run_generate(const GenerateArgs& a) {
     for (size_t i = 0; i < result.tokens.size(); ++i) std::printf(i ? " %d" : "%d", result.tokens[i]);
   }
   std::printf("\n");
+  if (a.hash) {
+    const std::vector<int32_t>& t = result.tokens;
+    print_hash("tokens", Tensor(DType::kI32, {static_cast<int64_t>(t.size())}, Device::kCpu,
+                                const_cast<int32_t*>(t.data()), nullptr));
+    print_state_hashes(model, result.state);
+  }
 }
 
 }  // namespace
@@ -125,6 +170,9 @@ void register_model_commands(CLI::App& app) {
   logits->add_option("--out", logits_args->out, "output .npy file");
   logits->add_option("--device", logits_args->device, "cpu");
   logits->add_flag("--hash", logits_args->hash, "print FNV-1a hashes of the logits and every layer's final state");
+  logits->add_option("--batch", logits_args->batch,
+                     "run the prompt among this many sequences (the others are companions of other lengths)");
+  logits->add_option("--prefill-chunk", logits_args->prefill_chunk, "tokens per forward call (0: all at once)");
   logits->callback([logits_args] {
     PLUMB_CHECK(!logits_args->out.empty() || logits_args->hash, "logits needs --out FILE.npy or --hash");
     run_logits(*logits_args);
@@ -148,6 +196,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_flag("--ignore-eos", gen_args->ignore_eos, "generate --max-tokens tokens whatever is drawn");
   gen->add_option("--device", gen_args->device, "cpu");
   gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");
+  gen->add_flag("--hash", gen_args->hash, "print FNV-1a hashes of the generated ids and every layer's final state");
   gen->callback([gen_args] { run_generate(*gen_args); });
 
   auto inspect_args = std::make_shared<InspectArgs>();

@@ -9,5 +9,6 @@ namespace plumb::cli {
 void register_model_commands(CLI::App& app);      // logits, generate, inspect
 void register_tokenizer_commands(CLI::App& app);  // tokenize, detokenize, render
 void register_serve_commands(CLI::App& app);      // serve
+void register_bench_commands(CLI::App& app);      // bench
 
 }  // namespace plumb::cli

@@ -2,12 +2,21 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
+#ifdef PLUMB_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace plumb::cli {
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {
-  PLUMB_CHECK(device == "cpu", "--device {}: this build of plumb runs on the cpu only", device);
-  return std::make_unique<CpuBackend>();
+  if (device == "cpu") return std::make_unique<CpuBackend>();
+#ifdef PLUMB_HAVE_CUDA
+  if (device == "cuda") return std::make_unique<CudaBackend>();
+  PLUMB_FAIL("--device {}: expected cpu or cuda", device);
+#else
+  PLUMB_FAIL("--device {}: this build of plumb has no CUDA backend (built without nvcc), so it runs on the cpu only",
+             device);
+#endif
 }
 
 }  // namespace plumb::cli

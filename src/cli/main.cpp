@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   plumb::cli::register_model_commands(app);
   plumb::cli::register_tokenizer_commands(app);
   plumb::cli::register_serve_commands(app);
+  plumb::cli::register_bench_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

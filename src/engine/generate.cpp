@@ -48,9 +48,10 @@ GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>&
   PLUMB_CHECK(options.max_tokens >= 0, "max tokens must be >= 0, got {}", options.max_tokens);
   const Sampler sampler(options.sampling);
   const int64_t vocab = model.config().vocab_size;
-  SequenceState state = model.new_sequence(static_cast<int64_t>(prompt.size()) + options.max_tokens);
-  std::vector<int32_t> history = prompt;
   GenerateResult result;
+  result.state = model.new_sequence(static_cast<int64_t>(prompt.size()) + options.max_tokens);
+  SequenceState& state = result.state;
+  std::vector<int32_t> history = prompt;
   std::vector<int32_t> next_input = prompt;
   for (int64_t step = 0; step < options.max_tokens; ++step) {
     const Tensor logits = model.backend().download(model.forward(state, next_input, LogitsRows::kLast));  // [1, V]

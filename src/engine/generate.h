@@ -24,6 +24,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids, without the stop token
   FinishReason finish = FinishReason::kLength;
   std::optional<int32_t> stop_token;  // the stop token drawn, when finish is kStop
+  SequenceState state;                // the sequence's state after its last forward step
 };
 
 // Calls on_token(id) for each generated token as it is produced (not for the stop token).

@@ -1,7 +1,5 @@
 #include "engine/model_runner.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace plumb {
@@ -24,20 +22,20 @@ int64_t ModelRunner::max_context() const {
   return model_.config().max_position_embeddings;
 }
 
+// One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
 std::vector<float> ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
-  const int64_t vocab = vocab_size();
-  std::vector<float> logits(batch.size() * static_cast<size_t>(vocab));  // [entries, V]
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const RunnerEntry& e = batch[i];
+  std::vector<SequenceInput> inputs;
+  for (const RunnerEntry& e : batch) {
     PLUMB_CHECK(e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size(), "state slot {} out of range", e.slot);
     std::optional<SequenceState>& state = states_[static_cast<size_t>(e.slot)];
     if (e.start == 0) state = model_.new_sequence(kInitialKvCapacity);
     PLUMB_CHECK(state && state->position == e.start, "slot {}: asked to continue at {} but the state is elsewhere",
                 e.slot, e.start);
-    const Tensor row = model_.backend().download(model_.forward(*state, e.tokens, LogitsRows::kLast));  // [1, V]
-    std::copy(row.f32(), row.f32() + vocab, logits.begin() + static_cast<std::ptrdiff_t>(i * vocab));
+    inputs.push_back({&*state, e.tokens});
   }
-  return logits;
+  if (inputs.empty()) return {};
+  const Tensor logits = model_.backend().download(model_.forward(inputs, LogitsRows::kLast));  // [entries, V]
+  return std::vector<float>(logits.f32(), logits.f32() + logits.numel());
 }
 
 void ModelRunner::release(int32_t slot) {

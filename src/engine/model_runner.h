@@ -1,4 +1,4 @@
-// The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one forward call per sequence per step.
+// The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one batched forward call per step.
 #pragma once
 
 #include <optional>

@@ -10,16 +10,6 @@
 
 namespace plumb {
 
-double uniform_from_counter(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull + counter + 0x632be59bd9b4e019ull;
-  for (int round = 0; round < 2; ++round) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-  }
-  return static_cast<double>(z >> 11) * 0x1.0p-53;  // 53 random bits
-}
-
 Sampler::Sampler(SamplingParams params) : params_(params) {
   PLUMB_CHECK(std::isfinite(params_.temperature) && params_.temperature >= 0.0f,
               "temperature must be a finite number >= 0, got {}", params_.temperature);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/counter_rng.h"
+
 namespace plumb {
 
 struct SamplingParams {
@@ -18,9 +20,6 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // 0: off; subtracted once per time a token was generated so far (as in OpenAI)
   uint64_t seed = 0;
 };
-
-// A uniform float in [0, 1) from (seed, counter): SplitMix64 finalizer over the pair.
-double uniform_from_counter(uint64_t seed, uint64_t counter);
 
 class Sampler {
  public:

@@ -104,7 +104,7 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend) {
     PLUMB_FAIL("unexpected tensor '{}' in {}: a {} model with this config.json has no such weight", name,
                files.info(name).file, c.model_type);
   }
-  finish_weights(c, m.weights);
+  finish_weights(c, m.weights, backend);
   return m;
 }
 

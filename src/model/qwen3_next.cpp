@@ -21,8 +21,8 @@ SequenceState Qwen3NextModel::new_sequence(int64_t kv_capacity) const {
       l.recurrent_state =
           backend_.zeros(DType::kF32, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim});
     } else {
-      l.k_cache = backend_.zeros(DType::kF32, {s.kv_capacity, c.num_key_value_heads, c.head_dim});
-      l.v_cache = backend_.zeros(DType::kF32, {s.kv_capacity, c.num_key_value_heads, c.head_dim});
+      l.kv.k = backend_.zeros(backend_.kv_dtype(), {s.kv_capacity, c.num_key_value_heads, c.head_dim});
+      l.kv.v = backend_.zeros(backend_.kv_dtype(), {s.kv_capacity, c.num_key_value_heads, c.head_dim});
     }
   }
   return s;
@@ -32,9 +32,9 @@ void Qwen3NextModel::ensure_kv_capacity(SequenceState& state, int64_t tokens) co
   if (tokens <= state.kv_capacity) return;
   const int64_t capacity = std::max(tokens, 2 * state.kv_capacity);
   for (LayerState& l : state.layers) {
-    if (!l.k_cache.data()) continue;
-    for (Tensor* cache : {&l.k_cache, &l.v_cache}) {
-      Tensor grown = backend_.zeros(DType::kF32, {capacity, cache->dim(1), cache->dim(2)});
+    if (!l.kv.k.data()) continue;
+    for (Tensor* cache : {&l.kv.k, &l.kv.v}) {
+      Tensor grown = backend_.zeros(cache->dtype(), {capacity, cache->dim(1), cache->dim(2)});
       Tensor head = grown.rows(0, state.position);
       backend_.copy(cache->rows(0, state.position), head);
       *cache = grown;
@@ -45,27 +45,52 @@ void Qwen3NextModel::ensure_kv_capacity(SequenceState& state, int64_t tokens) co
 
 Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
                                GdnAlgorithm gdn_algorithm) const {
-  const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(ids.size()), H = c.hidden_size;
-  PLUMB_CHECK(T > 0, "forward: no tokens");
-  PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == c.num_layers, "forward: state is for another model");
-  ensure_kv_capacity(state, state.position + T);
-  const GdnAlgorithm algorithm = T == 1 ? GdnAlgorithm::kRecurrent : gdn_algorithm;
+  return forward({SequenceInput{&state, ids}}, rows, gdn_algorithm);
+}
 
-  Tensor hidden = backend_.zeros(DType::kF32, {T, H});  // [T, H] the residual stream
+Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
+                               GdnAlgorithm gdn_algorithm) const {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  PLUMB_CHECK(!batch.empty(), "forward: no sequences");
+  BatchRows layout;  // each sequence's rows of the token-major tensors below
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  bool one_token_each = true;
+  for (const SequenceInput& in : batch) {
+    PLUMB_CHECK(in.state && !in.ids.empty(), "forward: a sequence with no tokens");
+    SequenceState& state = *in.state;
+    PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == c.num_layers, "forward: state is for another model");
+    const int64_t count = static_cast<int64_t>(in.ids.size());
+    ensure_kv_capacity(state, state.position + count);
+    layout.push_back({static_cast<int64_t>(ids.size()), count, state.position});
+    ids.insert(ids.end(), in.ids.begin(), in.ids.end());
+    for (int64_t t = 0; t < count; ++t) positions.push_back(state.position + t);
+    one_token_each = one_token_each && count == 1;
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+
+  Tensor hidden = backend_.empty(DType::kF32, {T, H});  // [T, H] the residual stream
   backend_.embedding(weights_.embed_tokens, ids, hidden);
-  Tensor normed = backend_.zeros(DType::kF32, {T, H});  // [T, H]
-  Tensor mixed = backend_.zeros(DType::kF32, {T, H});   // [T, H] a sub-layer's output
+  Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H]
+  Tensor mixed = backend_.empty(DType::kF32, {T, H});   // [T, H] a sub-layer's output
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_.layers[i];
-    LayerState& s = state.layers[i];
     // h = x + Mixer(RMSNorm_in(x))
     backend_.rms_norm(hidden, w.input_norm, eps, NormWeight::kZeroCentred, normed);
-    if (w.kind == LayerKind::kGatedDeltaNet)
-      gated_deltanet(w.gdn, s, normed, mixed, algorithm);
-    else
-      full_attention(w.attn, s, normed, state.position, mixed);
+    if (w.kind == LayerKind::kGatedDeltaNet) {
+      std::vector<Tensor*> conv_states, recurrent_states;
+      for (const SequenceInput& in : batch) {
+        conv_states.push_back(&in.state->layers[i].conv_state);
+        recurrent_states.push_back(&in.state->layers[i].recurrent_state);
+      }
+      gated_deltanet(w.gdn, conv_states, recurrent_states, layout, normed, mixed, gdn_algorithm);
+    } else {
+      std::vector<KvCache*> caches;
+      for (const SequenceInput& in : batch) caches.push_back(&in.state->layers[i].kv);
+      full_attention(w.attn, caches, layout, positions, normed, mixed);
+    }
     backend_.add(hidden, mixed);
     // out = h + MLP(RMSNorm_post(h))
     backend_.rms_norm(hidden, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
@@ -75,72 +100,72 @@ Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>&
       dense_mlp(w.mlp, normed, mixed);
     backend_.add(hidden, mixed);
   }
-  state.position += T;
+  for (const SequenceInput& in : batch) in.state->position += static_cast<int64_t>(in.ids.size());
 
-  const Tensor last = rows == LogitsRows::kLast ? hidden.rows(T - 1, T) : hidden;
-  Tensor final_normed = backend_.zeros(DType::kF32, last.shape());  // [T or 1, H]
+  Tensor last = hidden;  // [T or sequences, H]: the rows whose logits are wanted
+  if (rows == LogitsRows::kLast && !one_token_each) {
+    last = backend_.empty(DType::kF32, {static_cast<int64_t>(batch.size()), H});
+    for (size_t s = 0; s < layout.size(); ++s) {
+      const int64_t row = layout[s].begin + layout[s].count - 1;
+      Tensor dst = last.rows(static_cast<int64_t>(s), static_cast<int64_t>(s) + 1);
+      backend_.copy(hidden.rows(row, row + 1), dst);
+    }
+  }
+  Tensor final_normed = backend_.empty(DType::kF32, last.shape());  // [T or sequences, H]
   backend_.rms_norm(last, weights_.final_norm, eps, NormWeight::kZeroCentred, final_normed);
-  Tensor logits = backend_.zeros(DType::kF32, {last.dim(0), c.vocab_size});  // [T or 1, V]
+  Tensor logits = backend_.empty(DType::kF32, {last.dim(0), c.vocab_size});  // [T or sequences, V]
   backend_.linear(final_normed, weights_.lm_head, logits);
   return logits;
 }
 
-void Qwen3NextModel::gated_deltanet(const GdnWeights& w, LayerState& s, const Tensor& x, Tensor& out,
-                                    GdnAlgorithm algorithm) const {
+void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
+                                    const std::vector<Tensor*>& recurrent_states, const BatchRows& layout,
+                                    const Tensor& x, Tensor& out, GdnAlgorithm algorithm) const {
   const ModelConfig& c = config_;
-  const int64_t T = x.dim(0), nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
-  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  const int64_t T = x.dim(0), nv = c.linear_num_value_heads, dv = c.linear_value_head_dim;
   Backend& be = backend_;
-  Tensor qkv = be.zeros(DType::kF32, {T, c.conv_dim()});  // [T, C] pre-conv q | k | v
-  Tensor z = be.zeros(DType::kF32, {T, nv * dv});         // [T, nv·dv] output gate
-  Tensor b = be.zeros(DType::kF32, {T, nv});              // [T, nv]
-  Tensor a = be.zeros(DType::kF32, {T, nv});              // [T, nv]
+  Tensor qkv = be.empty(DType::kF32, {T, c.conv_dim()});  // [T, C] pre-conv q | k | v
+  Tensor z = be.empty(DType::kF32, {T, nv * dv});         // [T, nv·dv] output gate
+  Tensor b = be.empty(DType::kF32, {T, nv});              // [T, nv] beta logits
+  Tensor a = be.empty(DType::kF32, {T, nv});              // [T, nv] decay inputs
   be.linear(x, w.in_proj_qkv, qkv);
   be.linear(x, w.in_proj_z, z);
   be.linear(x, w.in_proj_b, b);
   be.linear(x, w.in_proj_a, a);
 
-  Tensor conv = be.zeros(DType::kF32, {T, c.conv_dim()});  // [T, C] SiLU(conv(qkv))
-  be.causal_conv1d_silu(qkv, w.conv1d, s.conv_state, conv);
-  Tensor q = be.zeros(DType::kF32, {T, nk, dk});  // [T, nk, dk]
-  Tensor k = be.zeros(DType::kF32, {T, nk, dk});  // [T, nk, dk]
-  Tensor v = be.zeros(DType::kF32, {T, nv, dv});  // [T, nv, dv]
-  be.slice_columns(conv, 0, nk * dk, q);
-  be.slice_columns(conv, nk * dk, 2 * nk * dk, k);
-  be.slice_columns(conv, 2 * nk * dk, c.conv_dim(), v);
+  Tensor conv = be.empty(DType::kF32, {T, c.conv_dim()});  // [T, C] SiLU(conv(qkv)): q | k | v per token
+  be.causal_conv1d_silu(qkv, w.conv1d, conv_states, layout, conv);
+  Tensor core = be.empty(DType::kF32, {T, nv, dv});  // [T, nv, dv]
+  be.gated_delta_rule(conv, c.linear_num_key_heads, a, b, w.A_log, w.dt_bias, recurrent_states, layout, core,
+                      algorithm);
 
-  Tensor g = be.zeros(DType::kF32, {T, nv});     // [T, nv] log decay, ≤ 0
-  Tensor beta = be.zeros(DType::kF32, {T, nv});  // [T, nv] write strength in (0, 1)
-  be.gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
-  Tensor core = be.zeros(DType::kF32, {T, nv, dv});  // [T, nv, dv]
-  be.gated_delta_rule(q, k, v, g, beta, s.recurrent_state, core, algorithm);
-
-  Tensor gated = be.zeros(DType::kF32, {T * nv, dv});  // [T·nv, dv] per value head
+  Tensor gated = be.empty(DType::kF32, {T * nv, dv});  // [T·nv, dv] per value head
   be.gated_rms_norm(core.reshape({T * nv, dv}), z.reshape({T * nv, dv}), w.norm, static_cast<float>(c.rms_norm_eps),
                     gated);
   be.linear(gated.reshape({T, nv * dv}), w.out_proj, out);
 }
 
-void Qwen3NextModel::full_attention(const AttentionWeights& w, LayerState& s, const Tensor& x, int64_t past,
+void Qwen3NextModel::full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches,
+                                    const BatchRows& layout, const std::vector<int64_t>& positions, const Tensor& x,
                                     Tensor& out) const {
   const ModelConfig& c = config_;
   const int64_t T = x.dim(0), nq = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
   Backend& be = backend_;
-  Tensor q = be.zeros(DType::kF32, {T, nq, d});  // [T, nq, d]
+  Tensor q = be.empty(DType::kF32, {T, nq, d});  // [T, nq, d]
   Tensor gate;                                   // [T, nq, d] output gate logits
   if (c.attn_output_gate) {
-    Tensor q_and_gate = be.zeros(DType::kF32, {T * nq, 2 * d});  // [T·nq, 2d]: [q_h | gate_h] per head
+    Tensor q_and_gate = be.empty(DType::kF32, {T * nq, 2 * d});  // [T·nq, 2d]: [q_h | gate_h] per head
     Tensor q_and_gate_rows = q_and_gate.reshape({T, nq * 2 * d});
     be.linear(x, w.q_proj, q_and_gate_rows);
-    gate = be.zeros(DType::kF32, {T, nq, d});
+    gate = be.empty(DType::kF32, {T, nq, d});
     be.slice_columns(q_and_gate, 0, d, q);
     be.slice_columns(q_and_gate, d, 2 * d, gate);
   } else {
     Tensor flat = q.reshape({T, nq * d});
     be.linear(x, w.q_proj, flat);
   }
-  Tensor k = s.k_cache.rows(past, past + T);  // [T, nkv, d], written in place in the cache
-  Tensor v = s.v_cache.rows(past, past + T);  // [T, nkv, d]
+  Tensor k = be.empty(DType::kF32, {T, nkv, d});  // [T, nkv, d] the new keys
+  Tensor v = be.empty(DType::kF32, {T, nkv, d});  // [T, nkv, d] the new values
   Tensor k_flat = k.reshape({T, nkv * d}), v_flat = v.reshape({T, nkv * d});
   be.linear(x, w.k_proj, k_flat);
   be.linear(x, w.v_proj, v_flat);
@@ -148,21 +173,19 @@ void Qwen3NextModel::full_attention(const AttentionWeights& w, LayerState& s, co
   const float eps = static_cast<float>(c.rms_norm_eps);
   be.rms_norm(q, w.q_norm, eps, NormWeight::kZeroCentred, q);
   be.rms_norm(k, w.k_norm, eps, NormWeight::kZeroCentred, k);
-  std::vector<int64_t> positions(T);
-  for (int64_t t = 0; t < T; ++t) positions[t] = past + t;
   be.rotary_embedding(q, positions, c.rotary_dim, c.rope_theta);
   be.rotary_embedding(k, positions, c.rotary_dim, c.rope_theta);
 
-  Tensor o = be.zeros(DType::kF32, {T, nq, d});  // [T, nq, d]
-  be.attention(q, s.k_cache, s.v_cache, past, o);
+  Tensor o = be.empty(DType::kF32, {T, nq, d});  // [T, nq, d]
+  be.attention(q, k, v, caches, layout, o);
   if (c.attn_output_gate) be.mul_sigmoid(o, gate);
   be.linear(o.reshape({T, nq * d}), w.o_proj, out);
 }
 
 void Qwen3NextModel::dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const {
   const int64_t T = x.dim(0), width = w.gate_proj.dim(0);
-  Tensor gate = backend_.zeros(DType::kF32, {T, width});  // [T, width]
-  Tensor up = backend_.zeros(DType::kF32, {T, width});    // [T, width]
+  Tensor gate = backend_.empty(DType::kF32, {T, width});  // [T, width]
+  Tensor up = backend_.empty(DType::kF32, {T, width});    // [T, width]
   backend_.linear(x, w.gate_proj, gate);
   backend_.linear(x, w.up_proj, up);
   backend_.silu_mul(gate, up, gate);
@@ -172,16 +195,16 @@ void Qwen3NextModel::dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out
 void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const {
   const ModelConfig& c = config_;
   const int64_t T = x.dim(0), E = c.num_experts, top_k = c.num_experts_per_tok;
-  Tensor router_logits = backend_.zeros(DType::kF32, {T, E});       // [T, E]
-  Tensor expert_ids = backend_.zeros(DType::kI32, {T, top_k});      // [T, top_k]
-  Tensor expert_weights = backend_.zeros(DType::kF32, {T, top_k});  // [T, top_k]
+  Tensor router_logits = backend_.empty(DType::kF32, {T, E});       // [T, E]
+  Tensor expert_ids = backend_.empty(DType::kI32, {T, top_k});      // [T, top_k]
+  Tensor expert_weights = backend_.empty(DType::kF32, {T, top_k});  // [T, top_k]
   backend_.linear(x, w.router, router_logits);
   backend_.moe_route(router_logits, top_k, c.norm_topk_prob, expert_ids, expert_weights);
   backend_.moe_experts(x, expert_ids, expert_weights, w.experts, out);
   if (!w.has_shared_expert) return;
   // y += sigmoid(w_sg · x) · SharedMLP(x)
-  Tensor shared = backend_.zeros(DType::kF32, x.shape());    // [T, H]
-  Tensor shared_gate = backend_.zeros(DType::kF32, {T, 1});  // [T, 1]
+  Tensor shared = backend_.empty(DType::kF32, x.shape());    // [T, H]
+  Tensor shared_gate = backend_.empty(DType::kF32, {T, 1});  // [T, 1]
   dense_mlp(w.shared_expert, x, shared);
   backend_.linear(x, w.shared_expert_gate, shared_gate);
   backend_.mul_sigmoid_rows(shared, shared_gate);

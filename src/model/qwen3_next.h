@@ -1,6 +1,6 @@
 // The forward pass of Qwen3-Next and Qwen3.5 (text), written once against the Backend interface: Gated DeltaNet and
-// gated full-attention layers, each followed by a dense MLP or a mixture of experts. One call runs T new tokens of
-// one sequence, continuing from its cached state.
+// gated full-attention layers, each followed by a dense MLP or a mixture of experts. One call runs the new tokens of
+// a batch of sequences, each continuing from its cached state.
 #pragma once
 
 #include <vector>
@@ -15,8 +15,7 @@ namespace plumb {
 struct LayerState {
   Tensor conv_state;       // [C, K-1] F32: the last K-1 conv inputs (GDN)
   Tensor recurrent_state;  // [nv, dk, dv] F32: the delta-rule state S (GDN)
-  Tensor k_cache;          // [capacity, nkv, d] F32: keys after norm and rotary embedding (attention)
-  Tensor v_cache;          // [capacity, nkv, d] F32 (attention)
+  KvCache kv;  // k, v [capacity, nkv, d] of the backend's kv_dtype(): keys after norm and rotary (attention)
 };
 
 struct SequenceState {
@@ -26,6 +25,12 @@ struct SequenceState {
 };
 
 enum class LogitsRows { kAll, kLast };
+
+// One sequence's part of a batched forward call: its state and its new tokens.
+struct SequenceInput {
+  SequenceState* state = nullptr;
+  std::vector<int32_t> ids;
+};
 
 class Qwen3NextModel {
  public:
@@ -38,15 +43,23 @@ class Qwen3NextModel {
   // A fresh sequence: zero states and room for kv_capacity tokens (grown on demand).
   SequenceState new_sequence(int64_t kv_capacity = 256) const;
 
-  // Runs `ids` at positions state.position onwards and advances the state. Returns logits [T, V] (kAll) or [1, V]
-  // (kLast) in the backend's memory. Multi-token calls use `gdn_algorithm` for the delta rule; single tokens always
-  // take the recurrent step.
+  // Runs every sequence's new tokens at positions state->position onwards in one pass (one matrix product per
+  // weight for the whole batch) and advances each state. Returns logits in the backend's memory: kAll [Σ T, V],
+  // sequence after sequence; kLast [sequences, V], each sequence's last token. Multi-token sequences use
+  // `gdn_algorithm` for the delta rule; single tokens always take the recurrent step. A sequence's logits and state
+  // are bit-identical whatever else shares its batch.
+  Tensor forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
+                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
+  // The batch of one.
   Tensor forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
 
  private:
-  void gated_deltanet(const GdnWeights& w, LayerState& s, const Tensor& x, Tensor& out, GdnAlgorithm algorithm) const;
-  void full_attention(const AttentionWeights& w, LayerState& s, const Tensor& x, int64_t past, Tensor& out) const;
+  void gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
+                      const std::vector<Tensor*>& recurrent_states, const BatchRows& layout, const Tensor& x,
+                      Tensor& out, GdnAlgorithm algorithm) const;
+  void full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches, const BatchRows& layout,
+                      const std::vector<int64_t>& positions, const Tensor& x, Tensor& out) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
   void mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;
   void ensure_kv_capacity(SequenceState& state, int64_t tokens) const;

@@ -87,14 +87,13 @@ void add_moe(TableBuilder& b, const ModelConfig& c, const std::string& p, MoeWei
     b.add(experts + "gate_up_proj", {E, 2 * I, H}, &w.storage[0]);
     b.add(experts + "down_proj", {E, H, I}, &w.storage[1]);
   } else {
-    w.experts.gate_proj.resize(E);
-    w.experts.up_proj.resize(E);
-    w.experts.down_proj.resize(E);
+    // One tensor per expert and projection: storage[3e + 0, 1, 2] = gate, up, down of expert e.
+    w.storage.resize(3 * E);
     for (int64_t e = 0; e < E; ++e) {
       const std::string q = experts + std::to_string(e) + ".";
-      b.add(q + "gate_proj.weight", {I, H}, &w.experts.gate_proj[e]);
-      b.add(q + "up_proj.weight", {I, H}, &w.experts.up_proj[e]);
-      b.add(q + "down_proj.weight", {H, I}, &w.experts.down_proj[e]);
+      b.add(q + "gate_proj.weight", {I, H}, &w.storage[3 * e]);
+      b.add(q + "up_proj.weight", {I, H}, &w.storage[3 * e + 1]);
+      b.add(q + "down_proj.weight", {H, I}, &w.storage[3 * e + 2]);
     }
   }
   w.has_shared_expert = c.shared_expert_intermediate_size > 0;
@@ -134,21 +133,29 @@ std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w
   return slots;
 }
 
-void finish_weights(const ModelConfig& c, ModelWeights& w) {
+void finish_weights(const ModelConfig& c, ModelWeights& w, Backend& backend) {
   if (c.tie_word_embeddings) w.lm_head = w.embed_tokens;
   const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
   for (LayerWeights& layer : w.layers) {
     MoeWeights& moe = layer.moe;
-    if (layer.mlp_kind != MlpKind::kMoe || moe.storage.empty()) continue;
-    moe.experts.gate_proj.resize(E);
-    moe.experts.up_proj.resize(E);
-    moe.experts.down_proj.resize(E);
-    for (int64_t e = 0; e < E; ++e) {
-      const Tensor gate_up = moe.storage[0].rows(e, e + 1).reshape({2 * I, H});
-      moe.experts.gate_proj[e] = gate_up.rows(0, I);
-      moe.experts.up_proj[e] = gate_up.rows(I, 2 * I);
-      moe.experts.down_proj[e] = moe.storage[1].rows(e, e + 1).reshape({H, I});
+    if (layer.mlp_kind != MlpKind::kMoe) continue;
+    if (moe.storage.size() == 2) {
+      moe.experts.gate_up = moe.storage[0];
+      moe.experts.down = moe.storage[1];
+    } else {
+      const DType dtype = moe.storage[0].dtype();
+      moe.experts.gate_up = backend.empty(dtype, {E, 2 * I, H});
+      moe.experts.down = backend.empty(dtype, {E, H, I});
+      for (int64_t e = 0; e < E; ++e) {
+        Tensor gate_up = moe.experts.gate_up.rows(e, e + 1).reshape({2 * I, H});
+        Tensor gate = gate_up.rows(0, I), up = gate_up.rows(I, 2 * I);
+        Tensor down = moe.experts.down.rows(e, e + 1).reshape({H, I});
+        backend.copy(moe.storage[3 * e], gate);
+        backend.copy(moe.storage[3 * e + 1], up);
+        backend.copy(moe.storage[3 * e + 2], down);
+      }
     }
+    moe.storage.clear();
   }
 }
 

@@ -39,9 +39,9 @@ struct WeightSlot {
 std::vector<WeightSlot> build_weight_table(const ModelConfig& config, ModelWeights& weights,
                                            const std::function<bool(const std::string&)>& contains);
 
-// Once the table's targets are loaded: builds each MoE layer's per-expert views from fused storage where the
-// checkpoint was fused, and points lm_head at the embedding when tied.
-void finish_weights(const ModelConfig& config, ModelWeights& weights);
+// Once the table's targets are loaded: stacks each MoE layer's experts (taking the fused 3-D tensors as they are, or
+// copying per-expert tensors into stacked ones on the backend) and points lm_head at the embedding when tied.
+void finish_weights(const ModelConfig& config, ModelWeights& weights, Backend& backend);
 
 // Qwen3-Next's in_proj_qkvz rows regrouped from per-key-head groups [q_g | k_g | v_g… | z_g…] to
 // [all q | all k | all v | all z]; `from` and the result are [2·nk·dk + 2·nv·dv, H] host tensors of any dtype.

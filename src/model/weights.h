@@ -45,8 +45,8 @@ struct MlpWeights {
 
 struct MoeWeights {
   Tensor router;                // [E, H]
-  ExpertWeights experts;        // E × ([I, H], [I, H], [H, I]) views
-  std::vector<Tensor> storage;  // what the expert views point into (per-expert tensors or fused 3-D ones)
+  ExpertWeights experts;        // gate_up [E, 2I, H], down [E, H, I]
+  std::vector<Tensor> storage;  // while loading: the checkpoint's fused 3-D tensors or per-expert ones
   bool has_shared_expert = false;
   MlpWeights shared_expert;   // width Is
   Tensor shared_expert_gate;  // [1, H]

@@ -3,14 +3,17 @@
 // (src/model/qwen3_next.cpp) is written against this interface only, so it runs unchanged on any backend.
 //
 // Conventions: tensors are contiguous and row-major; shapes below are written outermost first. Activations are F32 on
-// the CPU backend. Weights [N, K] follow PyTorch's [out_features, in_features] and may be F32, BF16 or F16.
-// Symbols: T tokens, H hidden size, V vocabulary, nk/nv key/value heads of Gated DeltaNet with head dims dk/dv,
-// nq/nkv query/KV heads of full attention with head dim d, E experts, I expert intermediate size.
+// every backend (the GPU's matrix products round them to BF16 as tensor-core operands). Weights [N, K] follow PyTorch's
+// [out_features, in_features] and may be F32, BF16 or F16. Symbols: T tokens, H hidden size, V vocabulary, nk/nv
+// key/value heads of Gated DeltaNet with head dims dk/dv, nq/nkv query/KV heads of full attention with head dim d, E
+// experts, I expert intermediate size.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace plumb {
@@ -28,27 +31,73 @@ enum class GdnAlgorithm {
 };
 constexpr int64_t kGdnChunkSize = 64;
 
-// The routed experts of one MoE layer: views of expert e's matrices, whatever the checkpoint's layout.
-struct ExpertWeights {
-  std::vector<Tensor> gate_proj;  // E × [I, H]
-  std::vector<Tensor> up_proj;    // E × [I, H]
-  std::vector<Tensor> down_proj;  // E × [H, I]
+// One sequence's share of a batched call. Token-major tensors stack the new tokens of every sequence of the batch,
+// sequence after sequence; this one owns rows [begin, begin + count) and its state already holds `past` tokens. A
+// backend computes each sequence from its own rows and state alone, in an order that does not depend on the others:
+// a sequence's results are bit-identical whatever shares its batch.
+struct SequenceRows {
+  int64_t begin = 0;  // first row
+  int64_t count = 0;  // new tokens (rows)
+  int64_t past = 0;   // tokens processed before these
 };
+using BatchRows = std::vector<SequenceRows>;
+
+// One sequence's attention cache in one layer: keys (after norm and rotary embedding) and values by position.
+// k, v [capacity, nkv, d] of the backend's kv_dtype().
+struct KvCache {
+  Tensor k;
+  Tensor v;
+};
+
+// The routed experts of one MoE layer, stacked by expert.
+struct ExpertWeights {
+  Tensor gate_up;  // [E, 2I, H]: expert e's gate projection in rows [0, I), its up projection in rows [I, 2I)
+  Tensor down;     // [E, H, I]
+};
+
+// How sample_tokens draws one row's token.
+struct TokenDraw {
+  float temperature = 0.0f;  // 0: argmax
+  int64_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  uint64_t seed = 0;
+  uint64_t step = 0;  // the draw's counter: u = uniform_f32_from_counter(seed, step) (core/counter_rng.h)
+};
+
+// Checks one row's draw parameters, naming the row: every backend's sample_tokens refuses the same inputs.
+inline void check_token_draw(const TokenDraw& d, int64_t row) {
+  PLUMB_CHECK(std::isfinite(d.temperature) && d.temperature >= 0.0f &&
+                  (d.temperature == 0.0f || std::isfinite(1.0f / d.temperature)),
+              "sample_tokens: row {} has temperature {}, expected 0 or a finite positive number", row, d.temperature);
+  PLUMB_CHECK(d.top_k >= 0, "sample_tokens: row {} has top_k {}, expected >= 0", row, d.top_k);
+  PLUMB_CHECK(d.top_p > 0.0f && d.top_p <= 1.0f, "sample_tokens: row {} has top_p {}, expected (0, 1]", row, d.top_p);
+}
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
+  // The element type of attention caches: F32 on the CPU reference, BF16 on the GPU.
+  virtual DType kv_dtype() const = 0;
+
+  // Waits until every queued operation has finished (for timing; download() waits by itself).
+  virtual void synchronize() = 0;
 
   // Memory.
   virtual Tensor zeros(DType dtype, const Shape& shape) = 0;
+  // Memory every element of which the caller writes before reading it (zeros on the CPU).
+  virtual Tensor empty(DType dtype, const Shape& shape) = 0;
   virtual Tensor upload(const Tensor& host) = 0;          // the tensor in this backend's memory (F32 on the CPU)
   virtual Tensor download(const Tensor& t) = 0;           // a host copy
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same element count and dtype
+  // Fills t (F32 or BF16) with lo + (hi - lo)·u, u uniform in [0, 1) from a counter-based hash of (seed, element
+  // index): the same values on every backend, whatever the launch shape.
+  virtual void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) = 0;
 
   // out[t, :] = table[ids[t], :]. table [V, H]; out [T, H].
   virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
-  // y[t, n] = Σ_k x[t, k] · w[n, k]. x [T, K]; w [N, K]; y [T, N].
+  // y[t, n] = Σ_k x[t, k] · w[n, k]. x [T, K]; w [N, K]; y [T, N]. Row t of y depends on row t of x alone, in an
+  // order that does not depend on T.
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // Per row r of x [R, D]: y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ (1 + w or w). w [D].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) = 0;
@@ -57,27 +106,30 @@ class Backend {
   // dst [R, end - begin] = src[:, begin:end] for src [R, C].
   virtual void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) = 0;
 
-  // Depthwise causal conv1d over time, then SiLU: y[t, c] = SiLU(Σ_j w[c, j] · x[t - (K-1) + j, c]), where inputs
-  // before the first token come from state. x [T, C]; w [C, K]; state [C, K-1] holds the K-1 previous inputs
-  // (oldest first) and is updated to the last K-1 inputs; y [T, C].
-  virtual void causal_conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y) = 0;
-  // Gated DeltaNet gates per token and value head: beta = sigmoid(b), g = -exp(A_log) · softplus(a + dt_bias).
-  // a, b, g, beta [T, nv]; A_log, dt_bias [nv].
-  virtual void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
-                         Tensor& beta) = 0;
-  // The gated delta rule. q and k are L2-normalized per head (eps 1e-6 inside the root) and q scaled by dk^-1/2;
-  // value head h reads key head h / (nv / nk). Per token: S ← exp(g)·S; S ← S + k (beta (v − Sᵀk))ᵀ; o = Sᵀq.
-  // q, k [T, nk, dk]; v [T, nv, dv]; g, beta [T, nv]; state [nv, dk, dv] F32 (in: S before the first token, out: S
-  // after the last); o [T, nv, dv].
-  virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                                Tensor& state, Tensor& o, GdnAlgorithm algorithm) = 0;
+  // Depthwise causal conv1d over time, then SiLU, per sequence: y[t, c] = SiLU(Σ_j w[c, j] · x[t - (K-1) + j, c]),
+  // where inputs before the sequence's first new token come from its state. x, y [T, C]; w [C, K]; states[i]
+  // [C, K-1] F32 holds sequence i's K-1 previous inputs (oldest first) and is updated to its last K-1 inputs.
+  virtual void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
+                                  const BatchRows& batch, Tensor& y) = 0;
+  // The gated delta rule with its gates, per sequence. qkv [T, 2·nk·dk + nv·dv] holds each token's q (nk heads of
+  // dk), k (likewise) and v (nv heads of dv), the conv output's column order. Gates per token and value head:
+  // beta = sigmoid(b), g = -exp(A_log) · softplus(a + dt_bias); a, b [T, nv]; A_log, dt_bias [nv] F32. q and k are
+  // L2-normalized per head (eps 1e-6 inside the root) and q scaled by dk^-1/2; value head h reads key head
+  // h / (nv / nk). Per token: S ← exp(g)·S; S ← S + k (beta (v − Sᵀk))ᵀ; o = Sᵀq. states[i] [nv, dk, dv] F32 is
+  // sequence i's S (in: before its first new token, out: after its last); o [T, nv, dv]. Multi-token sequences
+  // take `algorithm`; kChunked starts its chunks at multiples of kGdnChunkSize of the sequence's position.
+  virtual void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
+                                const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
+                                const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) = 0;
 
   // Rotate-half rotary embedding on the first rotary_dim dims of each head, in place. x [T, heads, d]; positions [T].
   virtual void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) = 0;
-  // Causal grouped-query attention over a KV cache whose rows [0, past + T) are filled; query t sits at position
-  // past + t and sees keys [0, past + t]. Scores scaled by d^-1/2. q [T, nq, d]; k_cache, v_cache [capacity, nkv, d];
-  // o [T, nq, d].
-  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t past, Tensor& o) = 0;
+  // Causal grouped-query attention, per sequence: writes its new keys and values k, v [T, nkv, d] (F32) into its
+  // cache at positions [past, past + count), then query t of it, at position past + t, attends to positions
+  // [0, past + t]. Scores scaled by d^-1/2. q [T, nq, d]; caches[i] is sequence i's, with room for past + count
+  // positions; o [T, nq, d].
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
+                         const BatchRows& batch, Tensor& o) = 0;
 
   // x ← x ⊙ sigmoid(gate), elementwise; x and gate have the same element count.
   virtual void mul_sigmoid(Tensor& x, const Tensor& gate) = 0;
@@ -92,10 +144,17 @@ class Backend {
   // divide by their sum. logits [T, E]; expert_ids [T, top_k] I32; expert_weights [T, top_k] F32, best first.
   virtual void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
                          Tensor& expert_weights) = 0;
-  // y[t] = Σ_j weights[t, j] · down_e(SiLU(gate_e x[t]) ⊙ up_e x[t]) with e = expert_ids[t, j].
-  // x [T, H]; expert_ids, expert_weights [T, top_k]; y [T, H].
+  // y[t] = Σ_j weights[t, j] · down_e(SiLU(gate_e x[t]) ⊙ up_e x[t]) with e = expert_ids[t, j], summed in j order.
+  // x [T, H]; expert_ids, expert_weights [T, top_k]; y [T, H]. Row t of y depends on row t of the inputs alone.
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            const ExpertWeights& experts, Tensor& y) = 0;
+
+  // Per row r of logits [R, V]: ids[r] (I32) is the token draws[r] picks. Temperature 0: the argmax, ties to the
+  // lowest id. Otherwise p = softmax(logits[r] / temperature); keep the top_k most likely tokens (all when 0; ties
+  // to the lower id), then the fewest of those, most likely first, whose probabilities reach top_p of the kept
+  // mass; return the first kept token, in that order, at which the cumulative kept probability exceeds u times
+  // their total.
+  virtual void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) = 0;
 };
 
 }  // namespace plumb

@@ -76,6 +76,41 @@ TEST_F(Cli, LogitsHashIsStableAcrossRuns) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// The asked sequence's logits and final states do not depend on the sequences that share its forward calls, nor on
+// prefill calls split at multiples of the delta rule's chunk size: every run prints the same hash lines.
+TEST_F(Cli, LogitsHashIsInvariantToBatchAndPrefillChunk) {
+  std::string ids;
+  for (int t = 0; t < 130; ++t) ids += (t ? "," : "") + std::to_string((t * 7 + 3) % 50);
+  const std::string base = "logits --model " + model_ + " --ids " + ids + " --hash";
+  const Outcome alone = run(base + " --batch 1");
+  ASSERT_EQ(alone.status, 0) << alone.err;
+  EXPECT_THAT(alone.out, HasSubstr("logits "));
+  EXPECT_THAT(alone.out, HasSubstr("layer2.k "));
+  // 130 tokens in calls of 64: pieces of 64, 64 and 2 tokens.
+  for (const char* variant :
+       {"", " --batch 3", " --prefill-chunk 64", " --batch 3 --prefill-chunk 64", " --batch 6 --prefill-chunk 64"}) {
+    const Outcome r = run(base + variant);
+    ASSERT_EQ(r.status, 0) << variant << ": " << r.err;
+    EXPECT_EQ(r.out, alone.out) << "'" << variant << "' differs from --batch 1";
+  }
+}
+
+// Asking for the GPU where there is none (no CUDA backend compiled in, or no device present) is one clear error
+// line and exit status 1, not a crash. Where a GPU is present the run succeeds and there is nothing to check.
+TEST_F(Cli, DeviceCudaWithoutAGpuFailsCleanly) {
+  for (const std::string& args : {"logits --model " + model_ + " --ids 1,2,3 --hash --device cuda",
+                                  "logits --model " + model_ + " --ids 1,2,3 --batch 3 --hash --device cuda",
+                                  "generate --model " + model_ + " --ids 1 --max-tokens 2 --device cuda"}) {
+    const Outcome r = run(args);
+    if (r.status == 0) GTEST_SKIP() << "a CUDA device is available";
+    EXPECT_EQ(r.status, 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, MatchesRegex("plumb: error: --device cuda: (no CUDA device is available|this build of plumb "
+                                    "has no CUDA backend)[^\n]*\n"))
+        << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+}
+
 TEST_F(Cli, GeneratePrintsIdsAndIsReproducible) {
   const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids";
   const Outcome greedy = run(args);

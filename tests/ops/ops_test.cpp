@@ -1,6 +1,7 @@
 // The CPU reference ops against plain double-precision transcriptions of their formulas, on awkward sizes.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "backends/cpu/cpu_backend.h"
@@ -9,6 +10,16 @@
 
 namespace plumb {
 namespace {
+
+Tensor clone(const Tensor& t) {
+  Tensor c = Tensor::zeros(t.dtype(), t.shape());
+  std::memcpy(c.data(), t.data(), t.nbytes());
+  return c;
+}
+
+bool same_bits(const Tensor& x, const Tensor& y) {
+  return x.nbytes() == y.nbytes() && std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
+}
 
 class CpuOps : public ::testing::Test {
  protected:
@@ -78,9 +89,17 @@ TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
   SCOPED_TRACE(trace());
   const int64_t past = 5, T = 7, nq = 6, nkv = 2, d = 12, capacity = 20;
   const Tensor q = test::random_tensor(rng_, {T, nq, d});
+  // Keys and values by position: rows [0, past) are already cached, rows [past, past + T) arrive with the call.
   const Tensor k = test::random_tensor(rng_, {capacity, nkv, d}), v = test::random_tensor(rng_, {capacity, nkv, d});
+  KvCache cache{clone(k), clone(v)};
+  // Rows the call must overwrite hold garbage, so reading the cache before writing it would show.
+  for (int64_t i = past * nkv * d; i < capacity * nkv * d; ++i) cache.k.f32()[i] = cache.v.f32()[i] = 1e3f;
   Tensor o = Tensor::zeros(DType::kF32, {T, nq, d});
-  be_.attention(q, k, v, past, o);
+  be_.attention(q, k.rows(past, past + T), v.rows(past, past + T), {&cache}, BatchRows{SequenceRows{0, T, past}}, o);
+  // The new keys and values land at their positions; later rows are untouched.
+  EXPECT_TRUE(same_bits(cache.k.rows(0, past + T), k.rows(0, past + T)));
+  EXPECT_TRUE(same_bits(cache.v.rows(0, past + T), v.rows(0, past + T)));
+  EXPECT_EQ(cache.k.f32()[(past + T) * nkv * d], 1e3f);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < nq; ++h) {
       const int64_t g = h / (nq / nkv), n = past + t + 1;
@@ -98,6 +117,47 @@ TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
         ASSERT_TRUE(std::fabs(o.f32()[(t * nq + h) * d + c] - ref) <= 1e-5) << t << " " << h << " " << c;
       }
     }
+}
+
+// Three sequences of ragged lengths, each with history in its own cache, in one call: each one's output rows and
+// cache are bit-identical to calling it alone.
+TEST_F(CpuOps, BatchedAttentionIsBitIdenticalToEachSequenceAlone) {
+  SCOPED_TRACE(trace());
+  const int64_t nq = 4, nkv = 2, d = 16;
+  const BatchRows batch = {{0, 70, 100}, {70, 1, 7}, {71, 37, 64}};
+  const int64_t T = 108;
+  const Tensor q = test::random_tensor(rng_, {T, nq, d});
+  const Tensor k = test::random_tensor(rng_, {T, nkv, d}), v = test::random_tensor(rng_, {T, nkv, d});
+  std::vector<KvCache> initial, batched;
+  for (const SequenceRows& seq : batch) {
+    // Capacity past + count + 3: room beyond the last position, which must stay as it was.
+    const int64_t capacity = seq.past + seq.count + 3;
+    initial.push_back({test::random_tensor(rng_, {capacity, nkv, d}), test::random_tensor(rng_, {capacity, nkv, d})});
+    batched.push_back({clone(initial.back().k), clone(initial.back().v)});
+  }
+  std::vector<KvCache*> caches;
+  for (KvCache& c : batched) caches.push_back(&c);
+  Tensor o = Tensor::zeros(DType::kF32, {T, nq, d});
+  be_.attention(q, k, v, caches, batch, o);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int64_t begin = batch[s].begin, end = begin + batch[s].count;
+    KvCache alone{clone(initial[s].k), clone(initial[s].v)};
+    Tensor alone_o = Tensor::zeros(DType::kF32, {end - begin, nq, d});
+    be_.attention(q.rows(begin, end), k.rows(begin, end), v.rows(begin, end), {&alone},
+                  BatchRows{SequenceRows{0, end - begin, batch[s].past}}, alone_o);
+    EXPECT_TRUE(same_bits(o.rows(begin, end), alone_o)) << "sequence " << s;
+    EXPECT_TRUE(same_bits(batched[s].k, alone.k)) << "sequence " << s;
+    EXPECT_TRUE(same_bits(batched[s].v, alone.v)) << "sequence " << s;
+  }
+}
+
+TEST_F(CpuOps, AttentionRefusesACacheTooSmall) {
+  const int64_t T = 3, nkv = 1, d = 4;
+  const Tensor q = test::random_tensor(rng_, {T, 2, d}), k = test::random_tensor(rng_, {T, nkv, d});
+  KvCache cache{Tensor::zeros(DType::kF32, {T + 1, nkv, d}), Tensor::zeros(DType::kF32, {T + 1, nkv, d})};
+  Tensor o = Tensor::zeros(DType::kF32, {T, 2, d});
+  EXPECT_THROW(be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, 2}}, o), Error);
+  EXPECT_NO_THROW(be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, 1}}, o));
 }
 
 TEST_F(CpuOps, RotaryEmbeddingRotatesPairsHalfApart) {
@@ -141,12 +201,8 @@ TEST_F(CpuOps, MoeRouteSoftmaxTopkRenormalize) {
 TEST_F(CpuOps, MoeExpertsIsTheWeightedSumOfDenseMlps) {
   SCOPED_TRACE(trace());
   const int64_t T = 4, H = 9, I = 5, E = 3, top_k = 2;
-  ExpertWeights experts;
-  for (int64_t e = 0; e < E; ++e) {
-    experts.gate_proj.push_back(test::random_tensor(rng_, {I, H}));
-    experts.up_proj.push_back(test::random_tensor(rng_, {I, H}));
-    experts.down_proj.push_back(test::random_tensor(rng_, {H, I}));
-  }
+  // Stacked by expert: expert e's gate rows [0, I) and up rows [I, 2I) of gate_up[e].
+  const ExpertWeights experts{test::random_tensor(rng_, {E, 2 * I, H}), test::random_tensor(rng_, {E, H, I})};
   const Tensor x = test::random_tensor(rng_, {T, H});
   Tensor ids = Tensor::zeros(DType::kI32, {T, top_k}), weights = test::random_tensor(rng_, {T, top_k});
   for (int64_t i = 0; i < T * top_k; ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 2 + 1) % E);
@@ -160,19 +216,51 @@ TEST_F(CpuOps, MoeExpertsIsTheWeightedSumOfDenseMlps) {
       for (int64_t i = 0; i < I; ++i) {
         double g = 0, u = 0;
         for (int64_t c = 0; c < H; ++c) {
-          g += static_cast<double>(experts.gate_proj[e].f32()[i * H + c]) * x.f32()[t * H + c];
-          u += static_cast<double>(experts.up_proj[e].f32()[i * H + c]) * x.f32()[t * H + c];
+          g += static_cast<double>(experts.gate_up.f32()[(e * 2 * I + i) * H + c]) * x.f32()[t * H + c];
+          u += static_cast<double>(experts.gate_up.f32()[(e * 2 * I + I + i) * H + c]) * x.f32()[t * H + c];
         }
         act[i] = g / (1 + std::exp(-g)) * u;
       }
       for (int64_t n = 0; n < H; ++n) {
         double s = 0;
-        for (int64_t i = 0; i < I; ++i) s += experts.down_proj[e].f32()[n * I + i] * act[i];
+        for (int64_t i = 0; i < I; ++i) s += experts.down.f32()[(e * H + n) * I + i] * act[i];
         ref[n] += weights.f32()[t * top_k + j] * s;
       }
     }
     for (int64_t n = 0; n < H; ++n) EXPECT_TRUE(std::fabs(y.f32()[t * H + n] - ref[n]) <= 1e-4) << t << " " << n;
   }
+}
+
+// The expert's rows are read from its own slab: a row routed to expert e is unchanged when the other experts'
+// weights change.
+TEST_F(CpuOps, MoeExpertsReadOnlyTheRoutedExpertsSlab) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 2, H = 8, I = 3, E = 4, top_k = 1;
+  const ExpertWeights experts{test::random_tensor(rng_, {E, 2 * I, H}), test::random_tensor(rng_, {E, H, I})};
+  ExpertWeights other{clone(experts.gate_up), clone(experts.down)};
+  for (int64_t e : {0, 1, 3}) {
+    for (int64_t i = 0; i < 2 * I * H; ++i) other.gate_up.f32()[e * 2 * I * H + i] += 1.0f;
+    for (int64_t i = 0; i < H * I; ++i) other.down.f32()[e * H * I + i] -= 1.0f;
+  }
+  const Tensor x = test::random_tensor(rng_, {T, H}), weights = Tensor::from_f32({0.5f, 2.0f}, {T, top_k});
+  Tensor ids = Tensor::zeros(DType::kI32, {T, top_k});
+  ids.data_as<int32_t>()[0] = ids.data_as<int32_t>()[1] = 2;
+  Tensor y = Tensor::zeros(DType::kF32, {T, H}), y_other = Tensor::zeros(DType::kF32, {T, H});
+  be_.moe_experts(x, ids, weights, experts, y);
+  be_.moe_experts(x, ids, weights, other, y_other);
+  EXPECT_TRUE(same_bits(y, y_other));
+}
+
+TEST_F(CpuOps, MemoryAndKvDtypeOfTheReference) {
+  EXPECT_EQ(be_.device(), Device::kCpu);
+  EXPECT_EQ(be_.kv_dtype(), DType::kF32);  // the reference keeps its attention caches in full precision
+  const Tensor e = be_.empty(DType::kI32, {3, 5});
+  EXPECT_EQ(e.dtype(), DType::kI32);
+  EXPECT_EQ(e.shape(), (Shape{3, 5}));
+  EXPECT_EQ(e.device(), Device::kCpu);
+  be_.synchronize();  // nothing is queued on the CPU: returns at once
+  const Tensor z = be_.zeros(DType::kF32, {4});
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(z.f32()[i], 0.0f);
 }
 
 TEST_F(CpuOps, EmbeddingRefusesOutOfRangeIds) {

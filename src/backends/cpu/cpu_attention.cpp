@@ -32,38 +32,51 @@ void CpuBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positio
     }
 }
 
-void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t past, Tensor& o) {
-  const int64_t T = q.dim(0), nq = q.dim(1), d = q.dim(2), nkv = k_cache.dim(1);
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
+                           const BatchRows& batch, Tensor& o) {
+  const int64_t T = q.dim(0), nq = q.dim(1), d = q.dim(2), nkv = k.dim(1);
   PLUMB_CHECK(nq % nkv == 0, "attention: {} query heads are not a multiple of {} KV heads", nq, nkv);
-  PLUMB_CHECK(k_cache.dim(0) >= past + T && k_cache.dim(2) == d, "attention: cache {} too small for {} positions",
-              shape_str(k_cache.shape()), past + T);
-  cpu::expect_shape(v_cache, k_cache.shape(), "attention", "v_cache");
+  cpu::expect_shape(k, {T, nkv, d}, "attention", "k");
+  cpu::expect_shape(v, {T, nkv, d}, "attention", "v");
   cpu::expect_shape(o, q.shape(), "attention", "o");
+  cpu::expect_batch(batch, T, caches.size(), "attention");
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float *pq = q.f32(), *pk = k_cache.f32(), *pv = v_cache.f32();
-  float* po = o.f32();
-  parallel_for(T * nq, 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t idx = begin; idx < end; ++idx) {
-      const int64_t t = idx / nq, h = idx % nq, kvh = h / (nq / nkv), visible = past + t + 1;
-      const float* qv = pq + idx * d;
-      scores.resize(visible);
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < visible; ++j) {
-        scores[j] = cpu::dot(qv, pk + (j * nkv + kvh) * d, d) * scale;
-        max_score = std::max(max_score, scores[j]);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceRows& seq = batch[s];
+    KvCache& cache = *caches[s];
+    PLUMB_CHECK(cache.k.rank() == 3 && cache.k.dim(0) >= seq.past + seq.count && cache.k.dim(1) == nkv &&
+                    cache.k.dim(2) == d && cache.k.dtype() == DType::kF32,
+                "attention: cache {} cannot hold {} positions of {} KV heads of {}", shape_str(cache.k.shape()),
+                seq.past + seq.count, nkv, d);
+    cpu::expect_shape(cache.v, cache.k.shape(), "attention", "v cache");
+    const size_t row_bytes = static_cast<size_t>(nkv * d) * sizeof(float);
+    std::memcpy(cache.k.f32() + seq.past * nkv * d, k.f32() + seq.begin * nkv * d, seq.count * row_bytes);
+    std::memcpy(cache.v.f32() + seq.past * nkv * d, v.f32() + seq.begin * nkv * d, seq.count * row_bytes);
+    const float *pq = q.f32() + seq.begin * nq * d, *pk = cache.k.f32(), *pv = cache.v.f32();
+    float* po = o.f32() + seq.begin * nq * d;
+    parallel_for(seq.count * nq, 4, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores;
+      for (int64_t idx = begin; idx < end; ++idx) {
+        const int64_t t = idx / nq, h = idx % nq, kvh = h / (nq / nkv), visible = seq.past + t + 1;
+        const float* qv = pq + idx * d;
+        scores.resize(visible);
+        float max_score = -INFINITY;
+        for (int64_t j = 0; j < visible; ++j) {
+          scores[j] = cpu::dot(qv, pk + (j * nkv + kvh) * d, d) * scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < visible; ++j) sum += scores[j] = std::exp(scores[j] - max_score);
+        float* out = po + idx * d;
+        std::fill(out, out + d, 0.0f);
+        for (int64_t j = 0; j < visible; ++j) {
+          const float p = scores[j] / sum;
+          const float* vv = pv + (j * nkv + kvh) * d;
+          for (int64_t c = 0; c < d; ++c) out[c] += p * vv[c];
+        }
       }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) sum += scores[j] = std::exp(scores[j] - max_score);
-      float* out = po + idx * d;
-      std::fill(out, out + d, 0.0f);
-      for (int64_t j = 0; j < visible; ++j) {
-        const float p = scores[j] / sum;
-        const float* vv = pv + (j * nkv + kvh) * d;
-        for (int64_t c = 0; c < d; ++c) out[c] += p * vv[c];
-      }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace plumb

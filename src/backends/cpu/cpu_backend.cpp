@@ -32,6 +32,18 @@ void expect_shape(const Tensor& t, const Shape& shape, const char* op, const cha
   PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
 }
 
+void expect_batch(const BatchRows& batch, int64_t rows, size_t states, const char* op) {
+  PLUMB_CHECK(batch.size() == states, "{}: {} sequences but {} states", op, batch.size(), states);
+  int64_t next = 0;
+  for (const SequenceRows& s : batch) {
+    PLUMB_CHECK(s.begin == next && s.count > 0 && s.past >= 0,
+                "{}: sequence rows [{}, +{}) (past {}) do not continue the batch at row {}", op, s.begin, s.count,
+                s.past, next);
+    next += s.count;
+  }
+  PLUMB_CHECK(next == rows, "{}: the batch covers {} rows of {}", op, next, rows);
+}
+
 }  // namespace cpu
 
 namespace {

@@ -13,11 +13,15 @@ namespace plumb {
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
+  DType kv_dtype() const override { return DType::kF32; }
+  void synchronize() override {}
 
   Tensor zeros(DType dtype, const Shape& shape) override;
+  Tensor empty(DType dtype, const Shape& shape) override { return zeros(dtype, shape); }
   Tensor upload(const Tensor& host) override;
   Tensor download(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override;
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
@@ -25,14 +29,15 @@ class CpuBackend final : public Backend {
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override;
   void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
 
-  void causal_conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y) override;
-  void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
-                 Tensor& beta) override;
-  void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                        Tensor& state, Tensor& o, GdnAlgorithm algorithm) override;
+  void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states, const BatchRows& batch,
+                          Tensor& y) override;
+  void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                        const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
+                        GdnAlgorithm algorithm) override;
 
   void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
-  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t past, Tensor& o) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
+                 const BatchRows& batch, Tensor& o) override;
 
   void mul_sigmoid(Tensor& x, const Tensor& gate) override;
   void mul_sigmoid_rows(Tensor& x, const Tensor& gate) override;
@@ -43,6 +48,7 @@ class CpuBackend final : public Backend {
                  Tensor& expert_weights) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    const ExpertWeights& experts, Tensor& y) override;
+  void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override;
 };
 
 // Shared scalar helpers of the CPU reference.
@@ -65,6 +71,8 @@ float dot(const float* a, const float* b, int64_t n);
 const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch);
 // Checks a tensor's shape, naming the op and the argument.
 void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg);
+// Checks that a batch covers rows [0, rows) of its token-major tensors in order, with one state per sequence.
+void expect_batch(const BatchRows& batch, int64_t rows, size_t states, const char* op);
 
 }  // namespace cpu
 }  // namespace plumb

@@ -27,27 +27,40 @@ void l2_normalize(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * scale;
 }
 
-HeadInputs gather_head(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+// The gates of the delta rule for one token and value head h: beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
+struct Gates {
+  float g, beta;
+};
+Gates gates(float a, float b, float A_log, float dt_bias) {
+  return {-std::exp(A_log) * cpu::softplus(a + dt_bias), cpu::sigmoid(b)};
+}
+
+// Value head h of rows [begin, begin + count) of qkv [T, 2·nk·dk + nv·dv] and a, b [T, nv].
+HeadInputs gather_head(const Tensor& qkv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, const Tensor& a,
+                       const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, int64_t begin, int64_t count,
                        int64_t h) {
-  const int64_t T = q.dim(0), nk = q.dim(1), dk = q.dim(2), nv = v.dim(1), dv = v.dim(2);
+  const int64_t C = qkv.dim(1);
   const int64_t kh = h / (nv / nk);  // value head h reads key head h / (nv / nk)
-  HeadInputs in{T,
+  HeadInputs in{count,
                 dk,
                 dv,
-                std::vector<float>(T * dk),
-                std::vector<float>(T * dk),
-                std::vector<float>(T * dv),
-                std::vector<float>(T),
-                std::vector<float>(T)};
+                std::vector<float>(count * dk),
+                std::vector<float>(count * dk),
+                std::vector<float>(count * dv),
+                std::vector<float>(count),
+                std::vector<float>(count)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(&in.q[t * dk], q.f32() + (t * nk + kh) * dk, dk * sizeof(float));
-    std::memcpy(&in.k[t * dk], k.f32() + (t * nk + kh) * dk, dk * sizeof(float));
-    std::memcpy(&in.v[t * dv], v.f32() + (t * nv + h) * dv, dv * sizeof(float));
+  for (int64_t t = 0; t < count; ++t) {
+    const float* row = qkv.f32() + (begin + t) * C;
+    std::memcpy(&in.q[t * dk], row + kh * dk, dk * sizeof(float));
+    std::memcpy(&in.k[t * dk], row + (nk + kh) * dk, dk * sizeof(float));
+    std::memcpy(&in.v[t * dv], row + 2 * nk * dk + h * dv, dv * sizeof(float));
     l2_normalize(&in.q[t * dk], dk, scale);
     l2_normalize(&in.k[t * dk], dk, 1.0f);
-    in.g[t] = g.f32()[t * nv + h];
-    in.beta[t] = beta.f32()[t * nv + h];
+    const int64_t i = (begin + t) * nv + h;
+    const Gates gt = gates(a.f32()[i], b.f32()[i], A_log.f32()[h], dt_bias.f32()[h]);
+    in.g[t] = gt.g;
+    in.beta[t] = gt.beta;
   }
   return in;
 }
@@ -81,11 +94,12 @@ void delta_rule_recurrent(const HeadInputs& in, float* S, float* o) {
 //   A[i, j] = β_i e^{γ_i − γ_j} k_i·k_j (j < i);  U = (I + A)^-1 diag(β) V;  W = (I + A)^-1 diag(βΓ) K
 //   Δ = U − W S0;  O = diag(Γ) Q S0 + (QKᵀ ⊙ D) Δ with D[r, i] = e^{γ_r − γ_i} (i ≤ r)
 //   S = Γ_L S0 + Σ_i e^{γ_L − γ_i} k_i Δ_iᵀ
-void delta_rule_chunked(const HeadInputs& in, float* S, float* o) {
+// Chunks end at multiples of kGdnChunkSize of the sequence's position: the first token sits at position `past`.
+void delta_rule_chunked(const HeadInputs& in, int64_t past, float* S, float* o) {
   const int64_t dk = in.dk, dv = in.dv;
   std::vector<float> gamma, A, U, W, delta, S0(dk * dv);
-  for (int64_t c0 = 0; c0 < in.tokens; c0 += kGdnChunkSize) {
-    const int64_t L = std::min(kGdnChunkSize, in.tokens - c0);
+  for (int64_t c0 = 0; c0 < in.tokens;) {
+    const int64_t L = std::min(kGdnChunkSize - (past + c0) % kGdnChunkSize, in.tokens - c0);
     const float* K = &in.k[c0 * dk];
     const float* Q = &in.q[c0 * dk];
     const float* V = &in.v[c0 * dv];
@@ -146,72 +160,72 @@ void delta_rule_chunked(const HeadInputs& in, float* S, float* o) {
         for (int64_t c = 0; c < dv; ++c) S[x * dv + c] += kx * delta[i * dv + c];
       }
     }
+    c0 += L;
   }
 }
 
 }  // namespace
 
-void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& y) {
+void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
+                                    const BatchRows& batch, Tensor& y) {
   const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
   cpu::expect_shape(w, {C, K}, "causal_conv1d_silu", "w");
-  cpu::expect_shape(state, {C, K - 1}, "causal_conv1d_silu", "state");
   cpu::expect_shape(y, {T, C}, "causal_conv1d_silu", "y");
+  cpu::expect_batch(batch, T, states.size(), "causal_conv1d_silu");
+  for (const Tensor* state : states) cpu::expect_shape(*state, {C, K - 1}, "causal_conv1d_silu", "state");
   const float *px = x.f32(), *pw = w.f32();
-  float* ps = state.f32();
   float* py = y.f32();
-  parallel_for(C, 64, [&](int64_t begin, int64_t end) {
-    std::vector<float> window(static_cast<size_t>(K - 1 + T));  // the K-1 previous inputs, then this call's inputs
-    for (int64_t c = begin; c < end; ++c) {
-      for (int64_t j = 0; j < K - 1; ++j) window[j] = ps[c * (K - 1) + j];
-      for (int64_t t = 0; t < T; ++t) window[K - 1 + t] = px[t * C + c];
-      for (int64_t t = 0; t < T; ++t) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < K; ++j) acc += pw[c * K + j] * window[t + j];
-        py[t * C + c] = cpu::silu(acc);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int64_t begin = batch[s].begin, count = batch[s].count;
+    float* ps = states[s]->f32();
+    parallel_for(C, 64, [&](int64_t c_begin, int64_t c_end) {
+      std::vector<float> window(static_cast<size_t>(K - 1 + count));  // the K-1 previous inputs, then the new ones
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        for (int64_t j = 0; j < K - 1; ++j) window[j] = ps[c * (K - 1) + j];
+        for (int64_t t = 0; t < count; ++t) window[K - 1 + t] = px[(begin + t) * C + c];
+        for (int64_t t = 0; t < count; ++t) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < K; ++j) acc += pw[c * K + j] * window[t + j];
+          py[(begin + t) * C + c] = cpu::silu(acc);
+        }
+        for (int64_t j = 0; j < K - 1; ++j) ps[c * (K - 1) + j] = window[count + j];
       }
-      for (int64_t j = 0; j < K - 1; ++j) ps[c * (K - 1) + j] = window[T + j];
-    }
-  });
+    });
+  }
 }
 
-void CpuBackend::gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
-                           Tensor& beta) {
-  const int64_t T = a.dim(0), nv = a.dim(1);
-  for (const Tensor* t : {&b, static_cast<const Tensor*>(&g), static_cast<const Tensor*>(&beta)})
-    cpu::expect_shape(*t, {T, nv}, "gdn_gates", "a gate tensor");
-  cpu::expect_shape(A_log, {nv}, "gdn_gates", "A_log");
-  cpu::expect_shape(dt_bias, {nv}, "gdn_gates", "dt_bias");
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < nv; ++h) {
-      const int64_t i = t * nv + h;
-      beta.f32()[i] = cpu::sigmoid(b.f32()[i]);
-      g.f32()[i] = -std::exp(A_log.f32()[h]) * cpu::softplus(a.f32()[i] + dt_bias.f32()[h]);
-    }
-}
-
-void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                  const Tensor& beta, Tensor& state, Tensor& o, GdnAlgorithm algorithm) {
-  const int64_t T = q.dim(0), nk = q.dim(1), dk = q.dim(2), nv = v.dim(1), dv = v.dim(2);
+void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
+                                  const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
+                                  const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) {
   const char* op = "gated_delta_rule";
-  cpu::expect_shape(k, {T, nk, dk}, op, "k");
-  cpu::expect_shape(v, {T, nv, dv}, op, "v");
-  cpu::expect_shape(g, {T, nv}, op, "g");
-  cpu::expect_shape(beta, {T, nv}, op, "beta");
-  cpu::expect_shape(state, {nv, dk, dv}, op, "state");
-  cpu::expect_shape(o, {T, nv, dv}, op, "o");
-  PLUMB_CHECK(nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
-  parallel_for(nv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> out(T * dv);
-    for (int64_t h = begin; h < end; ++h) {
-      const HeadInputs in = gather_head(q, k, v, g, beta, h);
-      float* S = state.f32() + h * dk * dv;
-      if (algorithm == GdnAlgorithm::kRecurrent)
-        delta_rule_recurrent(in, S, out.data());
-      else
-        delta_rule_chunked(in, S, out.data());
-      for (int64_t t = 0; t < T; ++t) std::memcpy(o.f32() + (t * nv + h) * dv, &out[t * dv], dv * sizeof(float));
-    }
-  });
+  PLUMB_CHECK(o.rank() == 3, "{}: o must be [T, nv, dv], got {}", op, shape_str(o.shape()));
+  const int64_t T = o.dim(0), nv = o.dim(1), dv = o.dim(2), nk = key_heads;
+  PLUMB_CHECK(!states.empty() && states[0]->rank() == 3, "{}: states must be [nv, dk, dv]", op);
+  const int64_t dk = states[0]->dim(1);
+  PLUMB_CHECK(nk > 0 && nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
+  cpu::expect_shape(qkv, {T, 2 * nk * dk + nv * dv}, op, "qkv");
+  cpu::expect_shape(a, {T, nv}, op, "a");
+  cpu::expect_shape(b, {T, nv}, op, "b");
+  cpu::expect_shape(A_log, {nv}, op, "A_log");
+  cpu::expect_shape(dt_bias, {nv}, op, "dt_bias");
+  cpu::expect_batch(batch, T, states.size(), op);
+  for (const Tensor* state : states) cpu::expect_shape(*state, {nv, dk, dv}, op, "state");
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceRows& seq = batch[s];
+    parallel_for(nv, 1, [&](int64_t h_begin, int64_t h_end) {
+      std::vector<float> out(seq.count * dv);
+      for (int64_t h = h_begin; h < h_end; ++h) {
+        const HeadInputs in = gather_head(qkv, nk, dk, nv, dv, a, b, A_log, dt_bias, seq.begin, seq.count, h);
+        float* S = states[s]->f32() + h * dk * dv;
+        if (algorithm == GdnAlgorithm::kRecurrent || seq.count == 1)
+          delta_rule_recurrent(in, S, out.data());
+        else
+          delta_rule_chunked(in, seq.past, S, out.data());
+        for (int64_t t = 0; t < seq.count; ++t)
+          std::memcpy(o.f32() + ((seq.begin + t) * nv + h) * dv, &out[t * dv], dv * sizeof(float));
+      }
+    });
+  }
 }
 
 }  // namespace plumb

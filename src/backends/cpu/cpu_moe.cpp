@@ -39,7 +39,9 @@ void CpuBackend::moe_route(const Tensor& logits, int64_t top_k, bool renormalize
 void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                              const ExpertWeights& experts, Tensor& y) {
   const int64_t T = x.dim(0), H = x.dim(1), top_k = expert_ids.dim(1);
-  const int64_t E = static_cast<int64_t>(experts.gate_proj.size());
+  const int64_t E = experts.gate_up.dim(0), inter = experts.down.dim(2);
+  cpu::expect_shape(experts.gate_up, {E, 2 * inter, H}, "moe_experts", "gate_up");
+  cpu::expect_shape(experts.down, {E, H, inter}, "moe_experts", "down");
   cpu::expect_shape(expert_weights, {T, top_k}, "moe_experts", "expert_weights");
   cpu::expect_shape(y, {T, H}, "moe_experts", "y");
   parallel_for(T, 1, [&](int64_t begin, int64_t end) {
@@ -52,10 +54,9 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
         const int32_t e = expert_ids.data_as<int32_t>()[t * top_k + j];
         PLUMB_CHECK(e >= 0 && e < E, "moe_experts: expert id {} of {}", e, E);
         const float w = expert_weights.f32()[t * top_k + j];
-        const Tensor& wg = experts.gate_proj[e];
-        const Tensor& wu = experts.up_proj[e];
-        const Tensor& wd = experts.down_proj[e];
-        const int64_t inter = wg.dim(0);
+        const Tensor gate_up = experts.gate_up.rows(e, e + 1).reshape({2 * inter, H});
+        const Tensor wg = gate_up.rows(0, inter), wu = gate_up.rows(inter, 2 * inter);
+        const Tensor wd = experts.down.rows(e, e + 1).reshape({H, inter});
         gate.resize(inter);
         up.resize(inter);
         act.resize(inter);

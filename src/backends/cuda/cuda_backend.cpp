@@ -1,0 +1,176 @@
+// The CUDA backend's device, stream and memory. Allocations come from a caching pool: the forward pass asks for
+// many short-lived activations per step, and cudaMalloc/cudaFree would synchronize the device each time. Blocks are
+// reused only in stream order (one stream per backend), so a block freed by one op and handed to the next is never
+// touched by both at once.
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace plumb {
+
+void cuda_check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    PLUMB_FAIL("CUDA: {} failed: {} ({})", what, cudaGetErrorString(status), static_cast<int>(status));
+}
+
+void cuda_check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) PLUMB_FAIL("CUDA: launching {} failed: {}", kernel, cudaGetErrorString(status));
+}
+
+bool cuda_device_available() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error so later checks start clean
+    return false;
+  }
+  return count > 0;
+}
+
+// Device memory in size classes, kept for reuse until the pool is destroyed (or an allocation fails, which first
+// returns every cached block to the driver and tries again).
+class CudaMemoryPool {
+ public:
+  explicit CudaMemoryPool(int device) : device_(device) {}
+  ~CudaMemoryPool() {
+    cudaSetDevice(device_);
+    for (auto& [bytes, blocks] : free_)
+      for (void* p : blocks) cudaFree(p);
+  }
+
+  // Small blocks round up to a power of two (at least 512 bytes), large ones to a multiple of 2 MiB.
+  static size_t size_class(size_t bytes) {
+    constexpr size_t kLarge = size_t{2} << 20;
+    if (bytes >= kLarge) return (bytes + kLarge - 1) / kLarge * kLarge;
+    size_t c = 512;
+    while (c < bytes) c <<= 1;
+    return c;
+  }
+
+  void* allocate(size_t bytes) {
+    const size_t c = size_class(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(c);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
+    }
+    void* p = nullptr;
+    if (cudaMalloc(&p, c) != cudaSuccess) {
+      cudaGetLastError();
+      release_cached();
+      cuda_check(cudaMalloc(&p, c), fmt::format("cudaMalloc of {} bytes", c).c_str());
+    }
+    return p;
+  }
+
+  void release(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[size_class(bytes)].push_back(p);
+  }
+
+ private:
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cudaDeviceSynchronize();  // a cached block may still be in use by queued work
+    for (auto& [bytes, blocks] : free_)
+      for (void* p : blocks) cudaFree(p);
+    free_.clear();
+  }
+
+  int device_;
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+};
+
+CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
+  PLUMB_CHECK(cuda_device_available(), "--device cuda: no CUDA device is available (no GPU or no driver)");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaGetDeviceProperties(&properties_, device_), "cudaGetDeviceProperties");
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  pool_ = std::make_shared<CudaMemoryPool>(device_);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::synchronize() {
+  cuda_check(cudaStreamSynchronize(stream_), "synchronize");
+}
+
+std::shared_ptr<void> CudaBackend::scratch(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  void* p = pool_->allocate(bytes);
+  std::shared_ptr<CudaMemoryPool> pool = pool_;
+  return std::shared_ptr<void>(p, [pool, bytes](void* q) { pool->release(q, bytes); });
+}
+
+std::shared_ptr<void> CudaBackend::upload_bytes(const void* host, size_t bytes) {
+  std::shared_ptr<void> block = scratch(bytes);
+  if (bytes > 0)
+    cuda_check(cudaMemcpyAsync(block.get(), host, bytes, cudaMemcpyHostToDevice, stream_), "upload of a host table");
+  return block;
+}
+
+Tensor CudaBackend::empty(DType dtype, const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  std::shared_ptr<void> block = scratch(bytes);
+  if (poison_ && bytes > 0) cuda_check(cudaMemsetAsync(block.get(), 0xFF, bytes, stream_), "poisoning new memory");
+  return Tensor(dtype, shape, Device::kCuda, block.get(), block);
+}
+
+Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
+  Tensor t = empty(dtype, shape);
+  if (t.nbytes() > 0) cuda_check(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_), "zeroing new memory");
+  return t;
+}
+
+// F32, BF16 and integers keep their type; F16 and FP8 are widened to F32, which every kernel reads.
+Tensor CudaBackend::upload(const Tensor& host) {
+  PLUMB_CHECK(host.device() == Device::kCpu, "upload: the tensor {} is already on the device", shape_str(host.shape()));
+  Tensor source = host;
+  if (host.dtype() == DType::kF16 || host.dtype() == DType::kF8E4M3) {
+    source = Tensor::zeros(DType::kF32, host.shape());
+    convert_to_f32(host.dtype(), host.data(), source.f32(), static_cast<size_t>(host.numel()));
+  }
+  Tensor t = empty(source.dtype(), source.shape());
+  if (t.nbytes() > 0)
+    cuda_check(cudaMemcpyAsync(t.data(), source.data(), t.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
+  // The copy reads pageable host memory that the caller may free on return: wait for it.
+  synchronize();
+  return t;
+}
+
+Tensor CudaBackend::download(const Tensor& t) {
+  PLUMB_CHECK(t.device() == Device::kCuda, "download: the tensor {} is not on the device", shape_str(t.shape()));
+  Tensor out = Tensor::zeros(t.dtype(), t.shape());
+  if (t.nbytes() > 0)
+    cuda_check(cudaMemcpyAsync(out.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
+  synchronize();
+  return out;
+}
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  PLUMB_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy: {} {} into {} {}",
+              dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(dst.dtype()), shape_str(dst.shape()));
+  if (src.nbytes() == 0) return;
+  const cudaMemcpyKind kind = src.device() == Device::kCpu
+                                  ? (dst.device() == Device::kCpu ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
+                                  : (dst.device() == Device::kCpu ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
+  cuda_check(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), kind, stream_), "copy");
+  if (kind != cudaMemcpyDeviceToDevice) synchronize();
+}
+
+}  // namespace plumb

@@ -1,0 +1,106 @@
+// The CUDA backend: every op of the Backend interface on an NVIDIA GPU (Hopper first). Activations and recurrent
+// states are F32 in device memory; weights keep their checkpoint's BF16 (F16 is widened to F32 at upload); attention
+// caches are BF16. Matrix products round activations to BF16 as tensor-core operands and accumulate in F32.
+//
+// Exactness: no floating-point atomics, and every reduction runs in an order fixed by the shapes of the model, never
+// by the number of tokens or sequences in a call, so a sequence's results are bit-identical across runs and batches.
+//
+// The kernels (kernels/) take raw pointers and a params struct; this class turns Tensors into those structs. Its
+// methods are defined across cuda_backend*.cpp, one file per kernel family.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/cuda/kernels/fault.h"
+#include "ops/backend.h"
+
+namespace plumb {
+
+class CudaMemoryPool;
+
+// Whether a CUDA device is usable here (false without a driver or a GPU); never throws.
+bool cuda_device_available();
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_ordinal = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::kCuda; }
+  DType kv_dtype() const override { return DType::kBF16; }
+  void synchronize() override;
+
+  Tensor zeros(DType dtype, const Shape& shape) override;
+  Tensor empty(DType dtype, const Shape& shape) override;
+  Tensor upload(const Tensor& host) override;
+  Tensor download(const Tensor& t) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override;
+
+  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
+  void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override;
+  void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
+
+  void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states, const BatchRows& batch,
+                          Tensor& y) override;
+  void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                        const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
+                        GdnAlgorithm algorithm) override;
+
+  void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
+                 const BatchRows& batch, Tensor& o) override;
+
+  void mul_sigmoid(Tensor& x, const Tensor& gate) override;
+  void mul_sigmoid_rows(Tensor& x, const Tensor& gate) override;
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+
+  void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+                 Tensor& expert_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   const ExpertWeights& experts, Tensor& y) override;
+  void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override;
+
+  // --- For the kernel glue (cuda_backend_*.cpp) and the op harness. ---
+  cudaStream_t stream() const { return stream_; }
+  const cudaDeviceProp& properties() const { return properties_; }
+  // The variant every later launch uses: kNone in production; the harness plants its controls through this.
+  void set_fault(cuda::KernelFault fault) { fault_ = fault; }
+  cuda::KernelFault fault() const { return fault_; }
+  // When on, empty() fills new memory with NaN bytes (0xFF), so a kernel that leaves an element unwritten fails
+  // its check instead of passing on stale data.
+  void set_poison(bool poison) { poison_ = poison; }
+  // A device copy of `bytes` host bytes (a pointer table, ids, positions), alive as long as the returned owner and
+  // ordered on stream() before any later launch.
+  std::shared_ptr<void> upload_bytes(const void* host, size_t bytes);
+  template <typename T>
+  std::shared_ptr<void> upload_vector(const std::vector<T>& host) {
+    return upload_bytes(host.data(), host.size() * sizeof(T));
+  }
+  // Raw device scratch of `bytes` bytes, uninitialized, from the same pool as tensors.
+  std::shared_ptr<void> scratch(size_t bytes);
+
+ private:
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaDeviceProp properties_{};
+  std::shared_ptr<CudaMemoryPool> pool_;
+  cuda::KernelFault fault_ = cuda::KernelFault::kNone;
+  bool poison_ = false;
+};
+
+// Throws plumb::Error naming `what` and CUDA's message when status is not cudaSuccess.
+void cuda_check(cudaError_t status, const char* what);
+// Checks the launch that just happened (cudaGetLastError), naming the kernel.
+void cuda_check_launch(const char* kernel);
+
+}  // namespace plumb

@@ -1,0 +1,179 @@
+// CudaBackend::rotary_embedding and CudaBackend::attention: shape checks, the per-call tables (positions and
+// frequencies; sequences, tiles and row owners) uploaded in one copy each, and the launches of kernels/attention.cu.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/attention.h"
+#include "core/error.h"
+
+namespace plumb {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// Checks that t is a GPU tensor of dtype and rank.
+void expect_gpu_tensor(const Tensor& t, DType dtype, int rank, const char* op, const char* arg) {
+  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
+  PLUMB_CHECK(t.dtype() == dtype, "{}: {} is {}, expected {}", op, arg, dtype_name(t.dtype()), dtype_name(dtype));
+  PLUMB_CHECK(t.rank() == rank, "{}: {} has shape {}, expected rank {}", op, arg, shape_str(t.shape()), rank);
+}
+
+// The attention kernels move 16-byte vectors.
+void expect_aligned(const Tensor& t, const char* op, const char* arg) {
+  PLUMB_CHECK(reinterpret_cast<uintptr_t>(t.data()) % 16 == 0, "{}: {} is not 16-byte aligned", op, arg);
+}
+
+void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
+  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
+}
+
+size_t round_up_16(size_t bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+
+}  // namespace
+
+void CudaBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) {
+  expect_gpu_tensor(x, DType::kF32, 3, "rotary_embedding", "x");
+  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = rotary_dim / 2;
+  PLUMB_CHECK(static_cast<int64_t>(positions.size()) == T, "rotary_embedding: {} positions for {} tokens",
+              positions.size(), T);
+  PLUMB_CHECK(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= d,
+              "rotary_embedding: rotary dim {} for head dim {}", rotary_dim, d);
+  PLUMB_CHECK(T <= kInt32Max && heads * d <= kInt32Max, "rotary_embedding: x {} too large", shape_str(x.shape()));
+  if (T == 0 || half == 0) return;
+
+  // Frequencies exactly as the CPU reference computes them (FP32 powf on the host), so only cos/sin may differ.
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] =
+        1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  // One upload: positions [T] I64, then inv_freq [half] F32.
+  const size_t positions_bytes = round_up_16(positions.size() * sizeof(int64_t));
+  std::vector<std::byte> table(positions_bytes + inv_freq.size() * sizeof(float));
+  std::memcpy(table.data(), positions.data(), positions.size() * sizeof(int64_t));
+  std::memcpy(table.data() + positions_bytes, inv_freq.data(), inv_freq.size() * sizeof(float));
+  const std::shared_ptr<void> device_table = upload_vector(table);
+  const auto* base = static_cast<const std::byte*>(device_table.get());
+
+  cuda::RotaryParams params{};
+  params.x = x.f32();
+  params.positions = reinterpret_cast<const int64_t*>(base);
+  params.inv_freq = reinterpret_cast<const float*>(base + positions_bytes);
+  params.tokens = T;
+  params.heads = static_cast<int>(heads);
+  params.head_dim = static_cast<int>(d);
+  params.rotary_dim = static_cast<int>(rotary_dim);
+  cuda::launch_rotary_embedding(params, fault(), stream());
+  cuda_check_launch("rotary_embedding_kernel");
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
+                            const BatchRows& batch, Tensor& o) {
+  expect_gpu_tensor(q, DType::kF32, 3, "attention", "q");
+  expect_gpu_tensor(k, DType::kF32, 3, "attention", "k");
+  expect_gpu_tensor(v, DType::kF32, 3, "attention", "v");
+  expect_gpu_tensor(o, DType::kF32, 3, "attention", "o");
+  expect_aligned(q, "attention", "q");
+  expect_aligned(k, "attention", "k");
+  expect_aligned(v, "attention", "v");
+  expect_aligned(o, "attention", "o");
+  const int64_t T = q.dim(0), nq = q.dim(1), d = q.dim(2), nkv = k.dim(1);
+  expect_shape(k, {T, nkv, d}, "attention", "k");
+  expect_shape(v, {T, nkv, d}, "attention", "v");
+  expect_shape(o, {T, nq, d}, "attention", "o");
+  PLUMB_CHECK(nkv > 0 && nq % nkv == 0, "attention: {} query heads are not a multiple of {} KV heads", nq, nkv);
+  PLUMB_CHECK(d % 8 == 0 && d >= 8 && d <= cuda::kAttentionMaxHeadDim,
+              "attention: head dim {} is not a multiple of 8 in [8, {}]", d, cuda::kAttentionMaxHeadDim);
+  PLUMB_CHECK(T <= kInt32Max && nq <= kInt32Max, "attention: q {} too large", shape_str(q.shape()));
+  PLUMB_CHECK(caches.size() == batch.size(), "attention: {} caches for {} sequences", caches.size(), batch.size());
+  const int64_t group = nq / nkv;
+
+  // Per sequence: its caches and rows; per row: its owner; per CTA: a tile of kAttentionTileRows (token, head) rows.
+  std::vector<cuda::AttentionSequence> sequences(batch.size());
+  std::vector<int32_t> row_sequence(T, -1);
+  std::vector<cuda::AttentionTile> tiles;
+  std::vector<int64_t> tile_last_position;  // the ordering key: heaviest tiles first shortens the tail
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceRows& rows = batch[i];
+    PLUMB_CHECK(caches[i] != nullptr, "attention: sequence {} has no cache", i);
+    const KvCache& cache = *caches[i];
+    expect_gpu_tensor(cache.k, DType::kBF16, 3, "attention", "k_cache");
+    expect_gpu_tensor(cache.v, DType::kBF16, 3, "attention", "v_cache");
+    expect_aligned(cache.k, "attention", "k_cache");
+    expect_aligned(cache.v, "attention", "v_cache");
+    PLUMB_CHECK(cache.k.dim(1) == nkv && cache.k.dim(2) == d,
+                "attention: sequence {}'s k_cache {} for {} KV heads of {}", i, shape_str(cache.k.shape()), nkv, d);
+    expect_shape(cache.v, cache.k.shape(), "attention", "v_cache");
+    PLUMB_CHECK(rows.begin >= 0 && rows.count >= 0 && rows.past >= 0 && rows.begin + rows.count <= T,
+                "attention: sequence {} rows [{}, {}) past {} outside {} tokens", i, rows.begin,
+                rows.begin + rows.count, rows.past, T);
+    PLUMB_CHECK(rows.past + rows.count <= cache.k.dim(0),
+                "attention: sequence {}'s cache {} too small for {} positions", i, shape_str(cache.k.shape()),
+                rows.past + rows.count);
+    PLUMB_CHECK(rows.count * group <= kInt32Max, "attention: sequence {} has too many rows ({})", i, rows.count);
+    sequences[i] = {cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), rows.begin, rows.count, rows.past};
+    for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) {
+      PLUMB_CHECK(row_sequence[r] < 0, "attention: row {} belongs to sequences {} and {}", r, row_sequence[r], i);
+      row_sequence[r] = static_cast<int32_t>(i);
+    }
+    for (int64_t first = 0; first < rows.count * group; first += cuda::kAttentionTileRows) {
+      tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(first)});
+      const int64_t last_row = std::min(first + cuda::kAttentionTileRows, rows.count * group) - 1;
+      tile_last_position.push_back(rows.past + last_row / group);
+    }
+  }
+  if (tiles.empty()) return;
+  PLUMB_CHECK(static_cast<int64_t>(tiles.size()) <= kInt32Max, "attention: {} tiles", tiles.size());
+  // Scheduling order only: a tile's results do not depend on when it runs.
+  std::vector<size_t> order(tiles.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return tile_last_position[a] > tile_last_position[b]; });
+  std::vector<cuda::AttentionTile> ordered_tiles(tiles.size());
+  for (size_t i = 0; i < order.size(); ++i) ordered_tiles[i] = tiles[order[i]];
+
+  // One upload: sequences, tiles, row owners, each section 16-byte aligned.
+  const size_t sequences_bytes = round_up_16(sequences.size() * sizeof(cuda::AttentionSequence));
+  const size_t tiles_bytes = round_up_16(ordered_tiles.size() * sizeof(cuda::AttentionTile));
+  std::vector<std::byte> table(sequences_bytes + tiles_bytes + row_sequence.size() * sizeof(int32_t));
+  std::memcpy(table.data(), sequences.data(), sequences.size() * sizeof(cuda::AttentionSequence));
+  std::memcpy(table.data() + sequences_bytes, ordered_tiles.data(), ordered_tiles.size() * sizeof(cuda::AttentionTile));
+  std::memcpy(table.data() + sequences_bytes + tiles_bytes, row_sequence.data(), row_sequence.size() * sizeof(int32_t));
+  const std::shared_ptr<void> device_table = upload_vector(table);
+  const auto* base = static_cast<const std::byte*>(device_table.get());
+  const auto* device_sequences = reinterpret_cast<const cuda::AttentionSequence*>(base);
+
+  // The new keys and values go into the caches first; attention then reads every key through the caches.
+  cuda::KvCacheWriteParams write{};
+  write.k = k.f32();
+  write.v = v.f32();
+  write.sequences = device_sequences;
+  write.row_sequence = reinterpret_cast<const int32_t*>(base + sequences_bytes + tiles_bytes);
+  write.tokens = T;
+  write.kv_heads = static_cast<int>(nkv);
+  write.head_dim = static_cast<int>(d);
+  cuda::launch_kv_cache_write(write, stream());
+  cuda_check_launch("kv_cache_write_kernel");
+
+  cuda::AttentionParams params{};
+  params.q = q.f32();
+  params.o = o.f32();
+  params.sequences = device_sequences;
+  params.tiles = reinterpret_cast<const cuda::AttentionTile*>(base + sequences_bytes);
+  params.tile_count = static_cast<int64_t>(ordered_tiles.size());
+  params.query_heads = static_cast<int>(nq);
+  params.kv_heads = static_cast<int>(nkv);
+  params.head_dim = static_cast<int>(d);
+  params.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
+  cuda::launch_attention(params, fault(), stream());
+  cuda_check_launch("attention_kernel");
+}
+
+}  // namespace plumb

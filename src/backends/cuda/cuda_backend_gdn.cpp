@@ -1,0 +1,176 @@
+// CudaBackend::causal_conv1d_silu and CudaBackend::gated_delta_rule: shape checks, the per-call tables (conv tiles;
+// delta-rule sequences with their state pointers) uploaded in one copy each, and the launches of kernels/gdn*.cu.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/gdn.h"
+#include "core/error.h"
+
+namespace plumb {
+namespace {
+
+static_assert(cuda::kGdnChunkRows == kGdnChunkSize, "the chunked kernel's chunk length is the interface's");
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kGridYZMax = 65535;
+
+void expect_gpu_f32(const Tensor& t, int rank, const char* op, const char* arg) {
+  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
+  PLUMB_CHECK(t.dtype() == DType::kF32, "{}: {} is {}, expected F32", op, arg, dtype_name(t.dtype()));
+  PLUMB_CHECK(t.rank() == rank, "{}: {} has shape {}, expected rank {}", op, arg, shape_str(t.shape()), rank);
+}
+
+void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
+  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
+}
+
+// Checks the batch against T rows: each sequence's rows inside [0, T), and no row claimed twice (two sequences
+// writing one row of the output would race).
+void expect_batch(const BatchRows& batch, size_t states, int64_t T, const char* op) {
+  PLUMB_CHECK(states == batch.size(), "{}: {} states for {} sequences", op, states, batch.size());
+  std::vector<bool> owned(static_cast<size_t>(T), false);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceRows& rows = batch[i];
+    PLUMB_CHECK(rows.begin >= 0 && rows.count >= 0 && rows.past >= 0 && rows.begin + rows.count <= T,
+                "{}: sequence {} rows [{}, {}) past {} outside {} tokens", op, i, rows.begin, rows.begin + rows.count,
+                rows.past, T);
+    for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) {
+      PLUMB_CHECK(!owned[r], "{}: row {} belongs to two sequences", op, r);
+      owned[r] = true;
+    }
+  }
+}
+
+}  // namespace
+
+void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
+                                     const BatchRows& batch, Tensor& y) {
+  const char* op = "causal_conv1d_silu";
+  expect_gpu_f32(x, 2, op, "x");
+  expect_gpu_f32(w, 2, op, "w");
+  expect_gpu_f32(y, 2, op, "y");
+  const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
+  PLUMB_CHECK(K >= cuda::kConvMinWidth && K <= cuda::kConvMaxWidth, "{}: w {} has {} taps, supported {}..{}", op,
+              shape_str(w.shape()), K, cuda::kConvMinWidth, cuda::kConvMaxWidth);
+  expect_shape(w, {C, K}, op, "w");
+  expect_shape(y, {T, C}, op, "y");
+  PLUMB_CHECK(C <= kInt32Max, "{}: {} channels", op, C);
+  // A tile reads the K-1 inputs before its first token, which the previous tile's outputs would have overwritten.
+  PLUMB_CHECK(x.data() != y.data() || T == 0, "{}: y must not alias x", op);
+  expect_batch(batch, states.size(), T, op);
+
+  std::vector<cuda::ConvTile> tiles;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
+    const Tensor& state = *states[i];
+    expect_gpu_f32(state, 2, op, "state");
+    expect_shape(state, {C, K - 1}, op, "state");
+    const SequenceRows& rows = batch[i];
+    for (int64_t first = 0; first < rows.count; first += cuda::kConvTileRows)
+      tiles.push_back({state.f32(), rows.begin, rows.count, first});
+  }
+  if (tiles.empty()) return;
+  PLUMB_CHECK(static_cast<int64_t>(tiles.size()) <= kInt32Max, "{}: {} tiles", op, tiles.size());
+  const std::shared_ptr<void> table = upload_vector(tiles);
+
+  cuda::CausalConv1dParams params{};
+  params.x = x.f32();
+  params.w = w.f32();
+  params.y = y.f32();
+  params.tiles = static_cast<const cuda::ConvTile*>(table.get());
+  params.tile_count = static_cast<int64_t>(tiles.size());
+  params.channels = static_cast<int>(C);
+  params.width = static_cast<int>(K);
+  cuda::launch_causal_conv1d_silu(params, fault_, stream_);
+  cuda_check_launch("causal_conv1d_silu_kernel");
+}
+
+void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
+                                   const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
+                                   const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) {
+  const char* op = "gated_delta_rule";
+  expect_gpu_f32(qkv, 2, op, "qkv");
+  expect_gpu_f32(o, 3, op, "o");
+  const int64_t T = qkv.dim(0), nk = key_heads, nv = o.dim(1), dv = o.dim(2);
+  PLUMB_CHECK(nk > 0 && nv > 0 && nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
+  const int64_t key_columns = qkv.dim(1) - nv * dv;  // 2·nk·dk
+  PLUMB_CHECK(key_columns > 0 && key_columns % (2 * nk) == 0,
+              "{}: qkv {} does not hold {} q and k heads and {} v heads of {}", op, shape_str(qkv.shape()), nk, nv, dv);
+  const int64_t dk = key_columns / (2 * nk);
+  PLUMB_CHECK(dk <= cuda::kGdnMaxHeadDim && dv >= 1 && dv <= cuda::kGdnMaxHeadDim,
+              "{}: head dims dk = {}, dv = {}; supported 1..{}", op, dk, dv, cuda::kGdnMaxHeadDim);
+  PLUMB_CHECK(nv <= kGridYZMax, "{}: {} value heads", op, nv);
+  expect_shape(o, {T, nv, dv}, op, "o");
+  expect_gpu_f32(a, 2, op, "a");
+  expect_gpu_f32(b, 2, op, "b");
+  expect_gpu_f32(A_log, 1, op, "A_log");
+  expect_gpu_f32(dt_bias, 1, op, "dt_bias");
+  expect_shape(a, {T, nv}, op, "a");
+  expect_shape(b, {T, nv}, op, "b");
+  expect_shape(A_log, {nv}, op, "A_log");
+  expect_shape(dt_bias, {nv}, op, "dt_bias");
+  expect_batch(batch, states.size(), T, op);
+
+  // Decode tokens (and every sequence under kRecurrent) go token by token; longer sequences under kChunked go in
+  // chunks. A sequence's path depends on its own count alone, never on what shares the batch.
+  std::vector<cuda::GdnSequence> recurrent, chunked;
+  bool state_vec4 = dv % 4 == 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
+    const Tensor& state = *states[i];
+    expect_gpu_f32(state, 3, op, "state");
+    expect_shape(state, {nv, dk, dv}, op, "state");
+    const SequenceRows& rows = batch[i];
+    if (rows.count == 0) continue;
+    const cuda::GdnSequence sequence{state.f32(), rows.begin, rows.count, rows.past};
+    if (algorithm == GdnAlgorithm::kChunked && rows.count > 1) {
+      chunked.push_back(sequence);
+    } else {
+      recurrent.push_back(sequence);
+      state_vec4 = state_vec4 && reinterpret_cast<uintptr_t>(state.data()) % 16 == 0;
+    }
+  }
+  PLUMB_CHECK(static_cast<int64_t>(std::max(recurrent.size(), chunked.size())) <= kGridYZMax,
+              "{}: {} sequences in one call", op, batch.size());
+  // Scheduling order only: the longest prefills start first, which shortens the tail; results do not depend on it.
+  std::stable_sort(chunked.begin(), chunked.end(),
+                   [](const cuda::GdnSequence& x, const cuda::GdnSequence& y) { return x.count > y.count; });
+  std::vector<cuda::GdnSequence> sequences = recurrent;  // one upload: the recurrent ones, then the chunked ones
+  sequences.insert(sequences.end(), chunked.begin(), chunked.end());
+  if (sequences.empty()) return;
+  const std::shared_ptr<void> table = upload_vector(sequences);
+  const auto* device_sequences = static_cast<const cuda::GdnSequence*>(table.get());
+
+  cuda::GatedDeltaRuleParams params{};
+  params.qkv = qkv.f32();
+  params.a = a.f32();
+  params.b = b.f32();
+  params.A_log = A_log.f32();
+  params.dt_bias = dt_bias.f32();
+  params.o = o.f32();
+  params.key_heads = static_cast<int>(nk);
+  params.value_heads = static_cast<int>(nv);
+  params.key_dim = static_cast<int>(dk);
+  params.value_dim = static_cast<int>(dv);
+  params.qkv_stride = qkv.dim(1);
+  params.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));  // as the CPU reference computes it
+  params.state_vec4 = state_vec4;
+  if (!recurrent.empty()) {
+    params.sequences = device_sequences;
+    params.sequence_count = static_cast<int>(recurrent.size());
+    cuda::launch_gdn_recurrent(params, fault_, stream_);
+    cuda_check_launch("gdn_recurrent_kernel");
+  }
+  if (!chunked.empty()) {
+    params.sequences = device_sequences + recurrent.size();
+    params.sequence_count = static_cast<int>(chunked.size());
+    cuda::launch_gdn_chunked(params, fault_, stream_);
+    cuda_check_launch("gdn_chunked_kernel");
+  }
+}
+
+}  // namespace plumb

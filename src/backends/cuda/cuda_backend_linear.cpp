@@ -1,0 +1,208 @@
+// CudaBackend's matrix products: linear and the routed experts of an MoE layer (kernels/linear.h, experts.h).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/experts.h"
+#include "backends/cuda/kernels/linear.h"
+#include "core/error.h"
+
+namespace plumb {
+namespace {
+
+void expect_gpu(const Tensor& t, const char* op, const char* name) {
+  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} must be on the GPU", op, name);
+}
+
+void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
+  PLUMB_CHECK(t.dtype() == dtype, "{}: {} must be {}, not {}", op, name, dtype_name(dtype), dtype_name(t.dtype()));
+}
+
+void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* name) {
+  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, name, shape_str(t.shape()), shape_str(shape));
+}
+
+void expect_weight_dtype(const Tensor& w, const char* op, const char* name) {
+  PLUMB_CHECK(w.dtype() == DType::kBF16 || w.dtype() == DType::kF32, "{}: {} must be BF16 or F32, not {}", op, name,
+              dtype_name(w.dtype()));
+}
+
+// The kernels index rows, features and k with 32-bit integers.
+void expect_int32(int64_t value, const char* op, const char* what) {
+  PLUMB_CHECK(value <= std::numeric_limits<int32_t>::max(), "{}: {} {} is too large", op, what, value);
+}
+
+}  // namespace
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
+  expect_gpu(x, "linear", "x");
+  expect_gpu(w, "linear", "w");
+  expect_gpu(y, "linear", "y");
+  expect_dtype(x, DType::kF32, "linear", "x");
+  expect_dtype(y, DType::kF32, "linear", "y");
+  expect_weight_dtype(w, "linear", "w");
+  PLUMB_CHECK(x.rank() == 2 && w.rank() == 2, "linear: x {} and w {} must be matrices", shape_str(x.shape()),
+              shape_str(w.shape()));
+  const int64_t rows = x.dim(0), k = x.dim(1), n = w.dim(0);
+  PLUMB_CHECK(w.dim(1) == k, "linear: weight {} does not match input {}", shape_str(w.shape()), shape_str(x.shape()));
+  expect_shape(y, {rows, n}, "linear", "y");
+  PLUMB_CHECK(y.data() != x.data() || rows == 0 || n == 0, "linear: y must not alias x");
+  expect_int32(rows, "linear", "rows");
+  expect_int32(n, "linear", "output features");
+  expect_int32(k, "linear", "input features");
+  if (rows == 0 || n == 0) return;
+
+  const bool w_bf16 = w.dtype() == DType::kBF16;
+  cuda::LinearParams params;
+  params.shape = cuda::choose_linear_shape(w_bf16, rows, rows, n, properties_.multiProcessorCount);
+  params.x = x.data();
+  params.w = w.data();
+  params.w_bf16 = w_bf16;
+  params.y = y.f32();
+  params.rows = static_cast<int32_t>(rows);
+  params.n = static_cast<int32_t>(n);
+  params.k = static_cast<int32_t>(k);
+  std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
+  if (cuda::linear_stages_bf16(params.shape) && k > 0) {
+    x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
+    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), rows * k, stream_);
+    cuda_check_launch("linear_to_bf16");
+    params.x = x_bf16.get();
+  }
+  cuda::launch_linear(params, fault_, stream_);
+  cuda_check_launch("linear");
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                              const ExpertWeights& experts, Tensor& y) {
+  const char* op = "moe_experts";
+  expect_gpu(x, op, "x");
+  expect_gpu(expert_ids, op, "expert_ids");
+  expect_gpu(expert_weights, op, "expert_weights");
+  expect_gpu(experts.gate_up, op, "gate_up");
+  expect_gpu(experts.down, op, "down");
+  expect_gpu(y, op, "y");
+  expect_dtype(x, DType::kF32, op, "x");
+  expect_dtype(expert_ids, DType::kI32, op, "expert_ids");
+  expect_dtype(expert_weights, DType::kF32, op, "expert_weights");
+  expect_dtype(y, DType::kF32, op, "y");
+  expect_weight_dtype(experts.gate_up, op, "gate_up");
+  PLUMB_CHECK(experts.down.dtype() == experts.gate_up.dtype(), "{}: down is {} but gate_up is {}", op,
+              dtype_name(experts.down.dtype()), dtype_name(experts.gate_up.dtype()));
+  PLUMB_CHECK(x.rank() == 2 && expert_ids.rank() == 2, "{}: x {} and expert_ids {} must be matrices", op,
+              shape_str(x.shape()), shape_str(expert_ids.shape()));
+  PLUMB_CHECK(experts.gate_up.rank() == 3 && experts.down.rank() == 3,
+              "{}: gate_up {} and down {} must be [E, 2I, H] and [E, H, I]", op, shape_str(experts.gate_up.shape()),
+              shape_str(experts.down.shape()));
+  const int64_t tokens = x.dim(0), hidden = x.dim(1), top_k = expert_ids.dim(1);
+  const int64_t num_experts = experts.gate_up.dim(0), inter = experts.down.dim(2);
+  PLUMB_CHECK(expert_ids.dim(0) == tokens, "{}: expert_ids {} for {} tokens", op, shape_str(expert_ids.shape()),
+              tokens);
+  expect_shape(expert_weights, {tokens, top_k}, op, "expert_weights");
+  expect_shape(experts.gate_up, {num_experts, 2 * inter, hidden}, op, "gate_up");
+  expect_shape(experts.down, {num_experts, hidden, inter}, op, "down");
+  expect_shape(y, {tokens, hidden}, op, "y");
+  PLUMB_CHECK(num_experts >= 1 && num_experts <= cuda::kMoeMaxExperts, "{}: {} experts (1 to {} supported)", op,
+              num_experts, cuda::kMoeMaxExperts);
+  PLUMB_CHECK(top_k >= 1 && top_k <= num_experts, "{}: top_k {} for {} experts", op, top_k, num_experts);
+  PLUMB_CHECK(y.data() != x.data() || tokens == 0, "{}: y must not alias x", op);
+  const int64_t pairs = tokens * top_k;
+  expect_int32(pairs, op, "token-expert pairs");
+  expect_int32(2 * inter, op, "gate_up features");
+  expect_int32(hidden, op, "hidden size");
+  if (tokens == 0) return;
+
+  // One shape for both products (their row tiles come from one grouping), chosen by a typical expert's rows: the
+  // grouping gives every expert its own tiles, so rows per expert, not per call, decide how full a tile is.
+  const bool w_bf16 = experts.gate_up.dtype() == DType::kBF16;
+  const int64_t rows_per_expert = std::min(pairs, 2 * ((pairs + num_experts - 1) / num_experts));
+  const int sms = properties_.multiProcessorCount;
+  const cuda::LinearShape gate_up_shape = cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, 2 * inter, sms);
+  const cuda::LinearShape down_shape = cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, hidden, sms);
+  const int tile_rows = cuda::linear_tile_rows(gate_up_shape);
+  PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == tile_rows, "{}: the two products disagree on row tiles", op);
+  const int64_t max_tiles = cuda::moe_max_tiles(pairs, num_experts, tile_rows);
+
+  // Grouping: [pairs] row_token, [pairs] pair_row, [max_tiles, 3] tiles, [1] num_tiles.
+  auto grouping = scratch(static_cast<size_t>(2 * pairs + 3 * max_tiles + 1) * sizeof(int32_t));
+  auto* ints = static_cast<int32_t*>(grouping.get());
+  cuda::MoeGroupParams group;
+  group.expert_ids = expert_ids.data_as<const int32_t>();
+  group.pairs = static_cast<int32_t>(pairs);
+  group.top_k = static_cast<int32_t>(top_k);
+  group.experts = static_cast<int32_t>(num_experts);
+  group.tile_rows = tile_rows;
+  group.row_token = ints;
+  group.pair_row = ints + pairs;
+  group.tiles = ints + 2 * pairs;
+  group.num_tiles = ints + 2 * pairs + 3 * max_tiles;
+  cuda::launch_moe_group(group, stream_);
+  cuda_check_launch("moe_group");
+
+  // gate_up product over each expert's rows, gathering x by token: [pairs, 2I] by sorted row.
+  cuda::LinearParams gate_up;
+  gate_up.shape = gate_up_shape;
+  gate_up.x = x.data();
+  std::shared_ptr<void> x_bf16;  // [tokens, hidden] BF16, when the shape stages activations so
+  if (cuda::linear_stages_bf16(gate_up_shape) && hidden > 0) {
+    x_bf16 = scratch(static_cast<size_t>(tokens * hidden) * sizeof(uint16_t));
+    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), tokens * hidden, stream_);
+    cuda_check_launch("linear_to_bf16");
+    gate_up.x = x_bf16.get();
+  }
+  auto gate_up_out = scratch(static_cast<size_t>(pairs * 2 * inter) * sizeof(float));  // [pairs, 2I]
+  gate_up.x_index = group.row_token;
+  gate_up.w = experts.gate_up.data();
+  gate_up.w_bf16 = w_bf16;
+  gate_up.w_group_stride = 2 * inter * hidden;
+  gate_up.y = static_cast<float*>(gate_up_out.get());
+  gate_up.rows = static_cast<int32_t>(pairs);
+  gate_up.n = static_cast<int32_t>(2 * inter);
+  gate_up.k = static_cast<int32_t>(hidden);
+  gate_up.tiles = group.tiles;
+  gate_up.num_tiles = group.num_tiles;
+  gate_up.max_tiles = static_cast<int32_t>(max_tiles);
+  cuda::launch_linear(gate_up, fault_, stream_);
+  cuda_check_launch("linear (moe gate_up)");
+
+  // SiLU(gate) ⊙ up: [pairs, I], in the form the down product stages.
+  const bool act_bf16 = cuda::linear_stages_bf16(down_shape);
+  auto act = scratch(static_cast<size_t>(pairs * inter) * (act_bf16 ? sizeof(uint16_t) : sizeof(float)));
+  cuda::MoeSiluMulParams silu;
+  silu.gate_up = gate_up.y;
+  silu.act = act.get();
+  silu.act_bf16 = act_bf16;
+  silu.rows = static_cast<int32_t>(pairs);
+  silu.inter = static_cast<int32_t>(inter);
+  cuda::launch_moe_silu_mul(silu, stream_);
+  cuda_check_launch("moe_silu_mul");
+
+  // down product over the same tiles: [pairs, H] by sorted row.
+  auto down_out = scratch(static_cast<size_t>(pairs * hidden) * sizeof(float));
+  cuda::LinearParams down = gate_up;
+  down.shape = down_shape;
+  down.x = act.get();
+  down.x_index = nullptr;
+  down.w = experts.down.data();
+  down.w_group_stride = hidden * inter;
+  down.y = static_cast<float*>(down_out.get());
+  down.n = static_cast<int32_t>(hidden);
+  down.k = static_cast<int32_t>(inter);
+  cuda::launch_linear(down, fault_, stream_);
+  cuda_check_launch("linear (moe down)");
+
+  cuda::MoeCombineParams combine;
+  combine.down = down.y;
+  combine.pair_row = group.pair_row;
+  combine.weights = expert_weights.f32();
+  combine.y = y.f32();
+  combine.tokens = static_cast<int32_t>(tokens);
+  combine.hidden = static_cast<int32_t>(hidden);
+  combine.top_k = static_cast<int32_t>(top_k);
+  cuda::launch_moe_combine(combine, fault_, stream_);
+  cuda_check_launch("moe_combine");
+}
+
+}  // namespace plumb

@@ -1,0 +1,206 @@
+// The MoE pieces around the grouped expert products: grouping pairs by expert, SiLU-multiply, and the slot-ordered
+// combine. experts.h states the contract.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backends/cuda/kernels/experts.h"
+
+namespace plumb::cuda {
+namespace {
+
+// ---- Grouping (one block). ----
+//
+// Warp w owns a contiguous run of pairs and walks it 32 at a time. Pass 1 counts its pairs per expert; a scan
+// turns the counts into each warp's first sorted row per expert (experts in id order, warps in order within an
+// expert); pass 2 walks the run again and places each pair after the lower lanes of its step with the same
+// expert. Rows within an expert therefore follow ascending pair index, and no step depends on timing: the result
+// is the same every run. Only integer counts are kept, and each is written by one lane at a time.
+constexpr int kGroupThreads = 1024;
+constexpr int kGroupWarps = kGroupThreads / 32;
+
+// Inclusive prefix sums of (a, b) over the block's threads in thread order. totals: [2][kGroupWarps] scratch.
+__device__ void block_inclusive_scan2(int& a, int& b, int (*totals)[kGroupWarps]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  for (int d = 1; d < 32; d *= 2) {
+    const int up_a = __shfl_up_sync(0xffffffffu, a, d), up_b = __shfl_up_sync(0xffffffffu, b, d);
+    if (lane >= d) {
+      a += up_a;
+      b += up_b;
+    }
+  }
+  if (lane == 31) {
+    totals[0][warp] = a;
+    totals[1][warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int ta = totals[0][lane], tb = totals[1][lane];
+    for (int d = 1; d < 32; d *= 2) {
+      const int up_a = __shfl_up_sync(0xffffffffu, ta, d), up_b = __shfl_up_sync(0xffffffffu, tb, d);
+      if (lane >= d) {
+        ta += up_a;
+        tb += up_b;
+      }
+    }
+    totals[0][lane] = ta;
+    totals[1][lane] = tb;
+  }
+  __syncthreads();
+  if (warp > 0) {
+    a += totals[0][warp - 1];
+    b += totals[1][warp - 1];
+  }
+}
+
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
+  extern __shared__ int32_t counts[];  // [kGroupWarps, experts]: a warp's pairs per expert, then its next row
+  __shared__ int scan_totals[2][kGroupWarps];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int experts = p.experts;
+  for (int i = tid; i < kGroupWarps * experts; i += kGroupThreads) counts[i] = 0;
+  __syncthreads();
+
+  const int per_warp = (p.pairs + kGroupWarps - 1) / kGroupWarps;
+  const int begin = min(p.pairs, warp * per_warp), end = min(p.pairs, begin + per_warp);
+  int32_t* warp_counts = counts + warp * experts;  // [experts]
+  const unsigned lanes_below = (1u << lane) - 1u;
+  auto expert_of = [&](int pair) { return pair < end ? min(max(p.expert_ids[pair], 0), experts - 1) : -1; };
+
+  for (int base = begin; base < end; base += 32) {
+    const int e = expert_of(base + lane);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && (peers & lanes_below) == 0) warp_counts[e] += __popc(peers);  // the lowest peer counts them
+    __syncwarp();
+  }
+  __syncthreads();
+
+  // Thread e: expert e's warps' counts become offsets within the expert; then its first row and first tile.
+  int total = 0;
+  if (tid < experts) {
+    for (int w = 0; w < kGroupWarps; ++w) {
+      const int c = counts[w * experts + tid];
+      counts[w * experts + tid] = total;
+      total += c;
+    }
+  }
+  const int tiles = (total + p.tile_rows - 1) / p.tile_rows;
+  int row0 = total, tile0 = tiles;
+  block_inclusive_scan2(row0, tile0, scan_totals);
+  row0 -= total;
+  tile0 -= tiles;
+  if (tid < experts) {
+    for (int w = 0; w < kGroupWarps; ++w) counts[w * experts + tid] += row0;
+    for (int i = 0; i < tiles; ++i) {
+      int32_t* tile = p.tiles + 3 * (tile0 + i);
+      tile[0] = tid;
+      tile[1] = row0 + i * p.tile_rows;
+      tile[2] = row0 + min(total, (i + 1) * p.tile_rows);
+    }
+  }
+  if (tid == kGroupThreads - 1) *p.num_tiles = tile0 + tiles;
+  __syncthreads();
+
+  for (int base = begin; base < end; base += 32) {
+    const int pair = base + lane;
+    const int e = expert_of(pair);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0) {
+      const int row = warp_counts[e] + __popc(peers & lanes_below);
+      p.row_token[row] = pair / p.top_k;
+      p.pair_row[pair] = row;
+    }
+    __syncwarp();
+    if (e >= 0 && (peers & lanes_below) == 0) warp_counts[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// ---- SiLU-multiply. ----
+
+constexpr int kElementwiseThreads = 256;
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kElementwiseThreads) moe_silu_mul_kernel(const MoeSiluMulParams p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
+  if (i >= static_cast<int64_t>(p.rows) * p.inter) return;
+  const int64_t row = i / p.inter, c = i % p.inter;
+  const float* gate_up = p.gate_up + row * 2 * p.inter;  // [2·inter]
+  const float gate = gate_up[c], up = gate_up[p.inter + c];
+  const float act = gate / (1.0f + expf(-gate)) * up;
+  if constexpr (kBf16) {
+    static_cast<uint16_t*>(p.act)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(act));
+  } else {
+    static_cast<float*>(p.act)[i] = act;
+  }
+}
+
+// ---- Combine. ----
+
+// Block (token, column block); each thread sums one column over the token's slots in slot order, as the CPU does.
+template <KernelFault kFault>
+__global__ void __launch_bounds__(kElementwiseThreads) moe_combine_kernel(const MoeCombineParams p) {
+  const int t = static_cast<int>(blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y) * kElementwiseThreads + static_cast<int>(threadIdx.x);
+  if (h >= p.hidden) return;
+  // The planted control leaves out each token's last routed expert.
+  const int slots = kFault == KernelFault::kExpertsDropLastExpert ? p.top_k - 1 : p.top_k;
+  const int32_t* rows = p.pair_row + static_cast<int64_t>(t) * p.top_k;  // [top_k]
+  const float* weights = p.weights + static_cast<int64_t>(t) * p.top_k;  // [top_k]
+  float acc = 0.0f;
+  for (int j = 0; j < slots; ++j) {
+    acc = __fadd_rn(acc, __fmul_rn(weights[j], p.down[static_cast<int64_t>(rows[j]) * p.hidden + h]));
+  }
+  p.y[static_cast<int64_t>(t) * p.hidden + h] = acc;
+}
+
+}  // namespace
+
+void launch_moe_group(const MoeGroupParams& params, cudaStream_t stream) {
+  if (params.pairs == 0) return;
+  const int smem = kGroupWarps * params.experts * static_cast<int>(sizeof(int32_t));
+  if (smem > 48 * 1024) {
+    // Allow the kernel all the shared memory the device offers, once per device. A failure, or a device offering
+    // too little for this many experts, surfaces at the launch, which the caller checks.
+    static std::atomic<uint64_t> devices_done{0};
+    int device = 0, optin = 0;
+    cudaGetDevice(&device);
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (devices_done.load(std::memory_order_relaxed) & bit) == 0) {
+      cudaFuncAttributes attributes{};
+      if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+          cudaFuncGetAttributes(&attributes, moe_group_kernel) == cudaSuccess &&
+          cudaFuncSetAttribute(moe_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(attributes.sharedSizeBytes)) == cudaSuccess) {
+        devices_done.fetch_or(bit, std::memory_order_relaxed);
+      }
+    }
+  }
+  moe_group_kernel<<<1, kGroupThreads, smem, stream>>>(params);
+}
+
+void launch_moe_silu_mul(const MoeSiluMulParams& params, cudaStream_t stream) {
+  const int64_t count = static_cast<int64_t>(params.rows) * params.inter;
+  if (count == 0) return;
+  const auto blocks = static_cast<unsigned>((count + kElementwiseThreads - 1) / kElementwiseThreads);
+  if (params.act_bf16) {
+    moe_silu_mul_kernel<true><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+  } else {
+    moe_silu_mul_kernel<false><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+  }
+}
+
+void launch_moe_combine(const MoeCombineParams& params, KernelFault fault, cudaStream_t stream) {
+  if (params.tokens == 0 || params.hidden == 0) return;
+  const dim3 grid(static_cast<unsigned>(params.tokens),
+                  static_cast<unsigned>((params.hidden + kElementwiseThreads - 1) / kElementwiseThreads));
+  if (fault == KernelFault::kExpertsDropLastExpert) {
+    moe_combine_kernel<KernelFault::kExpertsDropLastExpert><<<grid, kElementwiseThreads, 0, stream>>>(params);
+  } else {
+    moe_combine_kernel<KernelFault::kNone><<<grid, kElementwiseThreads, 0, stream>>>(params);
+  }
+}
+
+}  // namespace plumb::cuda

@@ -1,0 +1,62 @@
+// The routed experts of an MoE layer, around the grouped products of linear.h: group each token's (token, slot)
+// pairs by expert on the device, then after the gate_up product apply SiLU(gate) ⊙ up, and after the down product
+// combine each token's slots in slot order. Expert ids stay on the device: no host synchronization, and launch
+// shapes depend only on the number of pairs and experts.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/fault.h"
+
+namespace plumb::cuda {
+
+// The grouping kernel keeps per-warp counts of every expert in shared memory (32 x experts ints).
+constexpr int kMoeMaxExperts = 1024;
+
+// An upper bound on the row tiles the grouping makes: each non-empty expert needs ceil(rows / tile_rows) tiles,
+// at most rows / tile_rows + 1, and every tile holds at least one pair.
+constexpr int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows) {
+  const int64_t by_expert = pairs / tile_rows + (experts < pairs ? experts : pairs);
+  return by_expert < pairs ? by_expert : pairs;
+}
+
+// Groups pairs p = t·top_k + j by expert, stably (ascending p within an expert): sorted row s holds one pair.
+struct MoeGroupParams {
+  const int32_t* expert_ids = nullptr;  // [pairs] (T, top_k flattened); ids outside [0, experts) are clamped into it
+  int32_t pairs = 0;
+  int32_t top_k = 0;
+  int32_t experts = 0;
+  int32_t tile_rows = 0;         // rows per tile of the products that follow (linear_tile_rows)
+  int32_t* row_token = nullptr;  // [pairs] out: the token of sorted row s
+  int32_t* pair_row = nullptr;   // [pairs] out: the sorted row of pair p
+  int32_t* tiles = nullptr;      // [moe_max_tiles, 3] out: {expert, row_begin, row_end} per tile, by expert
+  int32_t* num_tiles = nullptr;  // [1] out
+};
+void launch_moe_group(const MoeGroupParams& params, cudaStream_t stream);
+
+// act[s, i] = SiLU(gate_up[s, i]) · gate_up[s, inter + i]. gate_up [rows, 2·inter] F32; act [rows, inter] F32, or
+// BF16 bits (rounded to nearest even) when act_bf16.
+struct MoeSiluMulParams {
+  const float* gate_up = nullptr;
+  void* act = nullptr;
+  bool act_bf16 = false;
+  int32_t rows = 0;
+  int32_t inter = 0;
+};
+void launch_moe_silu_mul(const MoeSiluMulParams& params, cudaStream_t stream);
+
+// y[t, h] = Σ_j weights[t, j] · down[pair_row[t·top_k + j], h], j ascending from 0 (y is overwritten).
+struct MoeCombineParams {
+  const float* down = nullptr;        // [pairs, hidden] by sorted row
+  const int32_t* pair_row = nullptr;  // [tokens, top_k]
+  const float* weights = nullptr;     // [tokens, top_k]
+  float* y = nullptr;                 // [tokens, hidden]
+  int32_t tokens = 0;
+  int32_t hidden = 0;
+  int32_t top_k = 0;
+};
+void launch_moe_combine(const MoeCombineParams& params, KernelFault fault, cudaStream_t stream);
+
+}  // namespace plumb::cuda

@@ -1,0 +1,85 @@
+// Gated DeltaNet kernels: the causal depthwise conv1d + SiLU that feeds q, k and v, and the gated delta rule with its
+// gates (a fused token-by-token kernel for decode, a chunked WY-form kernel for prefill). The semantics are those of
+// Backend::causal_conv1d_silu and Backend::gated_delta_rule (ops/backend.h). Plain C++ (compiled by g++ in the glue
+// and by nvcc in the .cu files).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/fault.h"
+
+namespace plumb::cuda {
+
+// Conv widths (taps K) the conv kernel is instantiated for.
+constexpr int kConvMinWidth = 2;
+constexpr int kConvMaxWidth = 8;
+// Tokens per conv CTA: a sequence's rows are cut into tiles of this many, each CTA re-reading the K-1 inputs before
+// its tile. Every output is the same K-term sum whatever the tiling, so the tile size never changes a result.
+constexpr int kConvTileRows = 64;
+// Head dims (dk, dv) the delta-rule kernels support: any value in [1, kGdnMaxHeadDim].
+constexpr int kGdnMaxHeadDim = 256;
+// Chunk length of the chunked kernel; equal to kGdnChunkSize of ops/backend.h (the glue static_asserts it).
+constexpr int kGdnChunkRows = 64;
+
+// One conv CTA row's work: tokens [first, min(first + kConvTileRows, count)) of a sequence whose rows are
+// [begin, begin + count). The tile with first == 0 also reads and rewrites the sequence's state.
+struct ConvTile {
+  float* state;   // [C, K-1]: the K-1 inputs before the sequence's first new token, oldest first
+  int64_t begin;  // the sequence's first row of x and y
+  int64_t count;  // the sequence's rows
+  int64_t first;  // the tile's first token, relative to the sequence (a multiple of kConvTileRows)
+};
+
+struct CausalConv1dParams {
+  const float* x;         // [T, C]
+  const float* w;         // [C, K]
+  float* y;               // [T, C], never aliasing x
+  const ConvTile* tiles;  // [tile_count]: grid.x
+  int64_t tile_count;
+  int channels;  // C
+  int width;     // K, in [kConvMinWidth, kConvMaxWidth]
+};
+
+// y = SiLU(causal depthwise conv), per sequence; fault kConvIgnoresState reads zeros in place of the state.
+void launch_causal_conv1d_silu(const CausalConv1dParams& params, KernelFault fault, cudaStream_t stream);
+
+// One sequence of a gated_delta_rule call: rows [begin, begin + count) of qkv, a, b and o; its state already holds
+// `past` tokens.
+struct GdnSequence {
+  float* state;  // [nv, dk, dv] F32, read before the first token and rewritten after the last
+  int64_t begin;
+  int64_t count;  // > 0
+  int64_t past;
+};
+
+struct GatedDeltaRuleParams {
+  const float* qkv;              // [T, 2·nk·dk + nv·dv]: q heads | k heads | v heads
+  const float* a;                // [T, nv]
+  const float* b;                // [T, nv]
+  const float* A_log;            // [nv]
+  const float* dt_bias;          // [nv]
+  float* o;                      // [T, nv, dv]
+  const GdnSequence* sequences;  // [sequence_count]: grid.z
+  int sequence_count;
+  int key_heads;       // nk
+  int value_heads;     // nv, a multiple of nk
+  int key_dim;         // dk in [1, kGdnMaxHeadDim]
+  int value_dim;       // dv in [1, kGdnMaxHeadDim]
+  int64_t qkv_stride;  // 2·nk·dk + nv·dv
+  float q_scale;       // dk^-1/2, computed on the host as the CPU reference does
+  // Recurrent kernel only: every state is 16-byte aligned and dv % 4 == 0, so rows of S move as float4 (a
+  // separate instantiation: the scalar path would cost the vector one registers).
+  bool state_vec4;
+};
+
+// Token by token, one CTA per (value-column slice, value head, sequence): decode, and algorithm kRecurrent.
+// Faults kGdnGateSign and kGdnMissingBarrier select planted variants.
+void launch_gdn_recurrent(const GatedDeltaRuleParams& params, KernelFault fault, cudaStream_t stream);
+// Chunks of kGdnChunkRows aligned to multiples of kGdnChunkRows of each sequence's position, in the WY form: multi-
+// token sequences under algorithm kChunked. Faults kGdnGateSign, kGdnChunkBoundaryOffByOne and kGdnMissingBarrier
+// select planted variants.
+void launch_gdn_chunked(const GatedDeltaRuleParams& params, KernelFault fault, cudaStream_t stream);
+
+}  // namespace plumb::cuda

@@ -1,0 +1,64 @@
+// Matrix products y = x·wᵀ on the GPU, plain (linear) and grouped by expert (the MoE's expert GEMMs).
+//
+// BF16 weights go through tensor cores (mma.sync m16n8k16, weights as the A operand, product rows as the n
+// dimension); activations are rounded to BF16 (nearest even) as operands and products accumulate in F32. Every
+// launch shape computes each output element with one arithmetic: 32-wide k-chunks in ascending order, each two mma
+// k-steps with a fixed k-to-fragment-slot permutation, into one F32 accumulator that starts at zero. A row's result
+// therefore does not depend on how many rows share the call, which tile it lands in, or which shape was launched.
+// F32 weights (small test checkpoints) use CUDA cores with the CPU reference's summation order.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels/fault.h"
+
+namespace plumb::cuda {
+
+// Launch shapes. The weight-streaming shapes serve decode: one warp per 16 output features and every product row
+// of the tile, so weights are read once. The tiled shapes serve prefill. Choosing among them changes speed only.
+enum class LinearShape : int {
+  kStream8,   // up to 8 rows per tile, F32 activations
+  kStream16,  // up to 16 rows per tile, F32 activations
+  kStream32,  // up to 32 rows per tile, BF16-staged activations
+  kStream64,  // up to 64 rows per tile, BF16-staged activations
+  kTiled64,   // 64 features x 128 rows per block, BF16-staged activations
+  kTiled128,  // 128 features x 128 rows per block, BF16-staged activations
+  kF32,       // F32 weights on CUDA cores, 8 rows per tile
+};
+
+// The shape for a product with `rows_per_matrix` rows per weight matrix (all rows for linear, a typical expert's
+// share for MoE), `total_rows` rows in all, `n` output features, on a GPU of `sm_count` multiprocessors.
+LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t total_rows, int64_t n, int sm_count);
+// Product rows per row tile: the granularity of a grouped product's tile list.
+int linear_tile_rows(LinearShape shape);
+// Whether the shape reads its activations as BF16 (made by launch_linear_to_bf16) rather than F32.
+bool linear_stages_bf16(LinearShape shape);
+
+struct LinearParams {
+  LinearShape shape = LinearShape::kF32;
+  const void* x = nullptr;           // [x_rows, k] activations: BF16 bits when linear_stages_bf16(shape), else F32
+  const int32_t* x_index = nullptr;  // [rows] device, nullable: product row r reads activation row x_index[r], else r
+  const void* w = nullptr;           // [groups, n, k] BF16 bits or F32: one matrix per group (expert)
+  bool w_bf16 = true;
+  int64_t w_group_stride = 0;  // elements from one group's matrix to the next
+  float* y = nullptr;          // [rows, n] F32
+  int32_t rows = 0;            // product rows
+  int32_t n = 0;               // output features
+  int32_t k = 0;               // reduction length
+  // Grouped products only (nullptr for a plain one): tiles[i] = {group, row_begin, row_end} covers product rows
+  // [row_begin, row_end), at most linear_tile_rows(shape) of them, with group `group`'s matrix; the first
+  // *num_tiles entries are valid and the grid covers max_tiles of them.
+  const int32_t* tiles = nullptr;      // [max_tiles, 3] device
+  const int32_t* num_tiles = nullptr;  // [1] device
+  int32_t max_tiles = 0;
+};
+
+void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream);
+
+// y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.
+// x [count] F32; y [count] BF16 bits.
+void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, cudaStream_t stream);
+
+}  // namespace plumb::cuda

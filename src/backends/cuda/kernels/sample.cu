@@ -1,0 +1,504 @@
+// Kernels of sample.h: the MoE router and the token sampler, one thread block per row.
+//
+// The sampler follows CpuBackend::sample_tokens (cpu_sample.cpp). With s = (l - max l) · (1 / T) in F32, tokens rank
+// by s, highest first, equal s to the lower id, and weigh e = exp(s) (softmax numerators: dividing by their sum
+// would scale both sides of every comparison below alike, so neither backend does). The kept tokens are the first
+// top_k; the nucleus is the shortest prefix of them whose weight reaches top_p times theirs; the pick is the first
+// nucleus token at which the running weight exceeds u times the nucleus weight.
+//
+// The GPU finds each of these three positions (by count, by weight, by weight) without sorting, by a radix descent
+// on the rank key k = bits(|s|), which orders tokens like s (smaller key, likelier token). Level 0 histograms every
+// token by k >> 22 (512 bins, once per row); levels 1 and 2 histogram the tokens of the chosen bin by the next 11
+// bits each; a bin holds its tokens' count, weight and lowest id. A prefix scan over the bins finds the one where
+// the condition is first met; within a fully resolved key the tied tokens go in id order. Weights are 64-bit fixed
+// point, floor(e · 2^shift) with shift = min(53, 63 - bit_width(vocab)), so every sum is an exact integer, the same
+// in any order, and a histogram may be built with integer atomics.
+//
+// What the GPU sums differently: the CPU reference adds std::exp(s) in double in rank order; the GPU adds expf(s)
+// (within 2 ulp of it) truncated to 2^-shift. Ranks, the kept set and tie order are identical on both; a top-p cut
+// or a pick can differ only where top_p · kept weight or u · nucleus weight lies within about 1e-7 (relative) of a
+// cumulative weight.
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cuda/kernels/sample.h"
+
+namespace plumb::cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+using u64 = unsigned long long;  // the type integer atomics and shuffles take
+
+// ---- router ----------------------------------------------------------------------------------------------------
+
+constexpr int kRouteThreads = 128;
+constexpr int kRouteWarps = kRouteThreads / 32;
+
+// Whether expert a (probability pa) ranks before expert b: the higher probability, equal ones to the lower id (to
+// the higher id in the planted control).
+template <KernelFault kFault>
+__device__ __forceinline__ bool ranks_before(float pa, int32_t a, float pb, int32_t b) {
+  if (pa != pb) return pa > pb;
+  return kFault == KernelFault::kRouteTiesToHigher ? a > b : a < b;
+}
+
+// Block t routes token t. Thread j owns experts j, j + 128, ...: it computes their e^(l - max) and sums them in that
+// order; a xor-shuffle tree and the four warps' sums, (w0 + w1) + (w2 + w3), give the softmax denominator, in an
+// order fixed by the expert count. Then top_k rounds of a block argmax (ties to the lower id); each round's winner
+// is set to -1 by its owner so later rounds pass it over. Renormalization sums the kept weights in rank order, as
+// the CPU reference does.
+template <KernelFault kFault>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams p) {
+  extern __shared__ float route_shared[];
+  float* prob = route_shared;                // [experts]
+  float* chosen = route_shared + p.experts;  // [top_k], thread 0's
+  __shared__ float warp_max[kRouteWarps], warp_sum[kRouteWarps];
+  __shared__ float round_p[2][kRouteWarps];  // double-buffered by round, so one barrier per round suffices
+  __shared__ int32_t round_id[2][kRouteWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t E = p.experts, K = p.top_k;
+  const int64_t t = blockIdx.x;
+  const float* logits = p.logits + t * E;  // [E]
+
+  float max_logit = -INFINITY;
+  for (int32_t e = threadIdx.x; e < E; e += kRouteThreads) {
+    prob[e] = logits[e];
+    max_logit = fmaxf(max_logit, prob[e]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
+  if (lane == 0) warp_max[warp] = max_logit;
+  __syncthreads();
+  max_logit = fmaxf(fmaxf(warp_max[0], warp_max[1]), fmaxf(warp_max[2], warp_max[3]));
+
+  float sum = 0.0f;
+  for (int32_t e = threadIdx.x; e < E; e += kRouteThreads) {
+    prob[e] = expf(__fsub_rn(prob[e], max_logit));
+    sum = __fadd_rn(sum, prob[e]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(kFullMask, sum, offset));
+  if (lane == 0) warp_sum[warp] = sum;
+  __syncthreads();
+  sum = __fadd_rn(__fadd_rn(warp_sum[0], warp_sum[1]), __fadd_rn(warp_sum[2], warp_sum[3]));
+  for (int32_t e = threadIdx.x; e < E; e += kRouteThreads) prob[e] = __fdiv_rn(prob[e], sum);
+
+  for (int32_t j = 0; j < K; ++j) {
+    // Below every probability and every passed-over expert (-1).
+    float best_p = -2.0f;
+    int32_t best = E;
+    for (int32_t e = threadIdx.x; e < E; e += kRouteThreads)
+      if (ranks_before<kFault>(prob[e], e, best_p, best)) best_p = prob[e], best = e;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other_p = __shfl_xor_sync(kFullMask, best_p, offset);
+      const int32_t other = __shfl_xor_sync(kFullMask, best, offset);
+      if (ranks_before<kFault>(other_p, other, best_p, best)) best_p = other_p, best = other;
+    }
+    if (lane == 0) round_p[j & 1][warp] = best_p, round_id[j & 1][warp] = best;
+    __syncthreads();
+    best_p = round_p[j & 1][0], best = round_id[j & 1][0];
+    for (int w = 1; w < kRouteWarps; ++w)
+      if (ranks_before<kFault>(round_p[j & 1][w], round_id[j & 1][w], best_p, best))
+        best_p = round_p[j & 1][w], best = round_id[j & 1][w];
+    // Only NaN logits leave no winner; an id in range keeps the expert kernels in bounds even then.
+    if (best >= E) best = 0;
+    if (best % kRouteThreads == static_cast<int32_t>(threadIdx.x)) prob[best] = -1.0f;
+    if (threadIdx.x == 0) {
+      chosen[j] = best_p;
+      p.expert_ids[t * K + j] = best;
+    }
+  }
+
+  if (threadIdx.x == 0) {
+    float kept = 0.0f;
+    for (int32_t j = 0; j < K; ++j) kept = __fadd_rn(kept, chosen[j]);
+    for (int32_t j = 0; j < K; ++j)
+      p.expert_weights[t * K + j] = p.renormalize ? __fdiv_rn(chosen[j], kept) : chosen[j];
+  }
+}
+
+// ---- sampler ---------------------------------------------------------------------------------------------------
+
+constexpr int kSampleThreads = 1024;
+constexpr int kSampleWarps = kSampleThreads / 32;
+constexpr int kUnroll = 4;        // 16-byte loads in flight per lane while sweeping a row
+constexpr int kLevel0Shift = 22;  // level 0 digit: key >> 22
+constexpr int kLevelBits = 11;    // levels 1 and 2: the next 11 bits each
+constexpr int kLevel0Bins = 1 << (31 - kLevel0Shift);
+constexpr int kLevelBins = 1 << kLevelBits;
+constexpr uint32_t kNoId = 0xffffffffu;
+
+// A run of tokens: how many, and their fixed-point weight.
+struct Tally {
+  uint32_t count;
+  u64 mass;
+};
+__device__ __forceinline__ Tally operator+(Tally a, Tally b) {
+  return {a.count + b.count, a.mass + b.mass};
+}
+__device__ __forceinline__ Tally operator-(Tally a, Tally b) {
+  return {a.count - b.count, a.mass - b.mass};
+}
+
+template <int kBins>
+struct Histogram {
+  u64 mass[kBins];
+  uint32_t count[kBins];
+  uint32_t first_id[kBins];  // the lowest id in the bin
+};
+
+// The first bin (in rank order) at which a condition is met, and the tally of all tokens ranked before that bin.
+struct Boundary {
+  int bin;
+  Tally before;
+};
+
+struct SampleShared {
+  Histogram<kLevel0Bins> level0;  // every token by key >> 22, built once per row
+  Histogram<kLevelBins> level;    // the tokens of one bin of the level above, by the next 11 bits
+  Tally warp_tally[kSampleWarps];
+  float warp_value[kSampleWarps];
+  uint32_t warp_id[kSampleWarps];
+  Boundary boundary;
+  Tally total;
+  uint32_t found_id;
+};
+
+// One row of logits and how its tokens are ranked and weighed.
+struct Row {
+  const float* logits;  // [vocab]
+  int64_t vocab;
+  bool vectorized;  // vocab % 4 == 0 and 16-byte aligned rows
+  float max_logit;
+  float inv_temperature;
+  float mass_scale;  // 2^shift
+
+  // The rank key bits(|s|) of s = (l - max) · (1 / T) <= 0, rounded as the CPU reference rounds it.
+  __device__ uint32_t key(float logit) const {
+    return __float_as_uint(__fmul_rn(__fsub_rn(logit, max_logit), inv_temperature)) & 0x7fffffffu;
+  }
+  // floor(exp(s) · 2^shift) for the s of a key; at most 2^53.
+  __device__ u64 mass(uint32_t key) const {
+    return static_cast<u64>(__fmul_rn(expf(-__uint_as_float(key)), mass_scale));
+  }
+};
+
+// Calls fn(id, logit, valid) once with valid = true for every token of the row. The loops run the same number of
+// times in every lane of a warp (valid = false pads the last round), so fn may use warp collectives.
+template <typename Fn>
+__device__ __forceinline__ void for_each_logit(const Row& row, Fn&& fn) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp_first = threadIdx.x - lane;
+  if (row.vectorized) {
+    const int64_t vectors = row.vocab / 4;
+    const float4* logits4 = reinterpret_cast<const float4*>(row.logits);
+    for (int64_t base = warp_first; base < vectors; base += kSampleThreads * kUnroll) {
+      float4 l[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = base + u * kSampleThreads + lane;
+        l[u] = v < vectors ? logits4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t v = base + u * kSampleThreads + lane;
+        const bool valid = v < vectors;
+        fn(4 * v, l[u].x, valid);
+        fn(4 * v + 1, l[u].y, valid);
+        fn(4 * v + 2, l[u].z, valid);
+        fn(4 * v + 3, l[u].w, valid);
+      }
+    }
+  } else {
+    for (int64_t base = warp_first; base < row.vocab; base += kSampleThreads) {
+      const int64_t i = base + lane;
+      const bool valid = i < row.vocab;
+      fn(i, valid ? row.logits[i] : 0.0f, valid);
+    }
+  }
+}
+
+// The larger logit, equal ones to the lower id.
+__device__ __forceinline__ bool beats(float a, uint32_t a_id, float b, uint32_t b_id) {
+  return a > b || (a == b && a_id < b_id);
+}
+
+// The greedy pick: a block-wide argmax, exact in any order since beats() is a total order on (logit, id).
+__device__ uint32_t row_argmax(const Row& row, SampleShared& s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float best = -INFINITY;
+  uint32_t best_id = kNoId;
+  for_each_logit(row, [&](int64_t i, float l, bool valid) {
+    if (valid && beats(l, static_cast<uint32_t>(i), best, best_id)) best = l, best_id = static_cast<uint32_t>(i);
+  });
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullMask, best, offset);
+    const uint32_t other_id = __shfl_xor_sync(kFullMask, best_id, offset);
+    if (beats(other, other_id, best, best_id)) best = other, best_id = other_id;
+  }
+  if (lane == 0) s.warp_value[warp] = best, s.warp_id[warp] = best_id;
+  __syncthreads();
+  best = s.warp_value[0], best_id = s.warp_id[0];
+  for (int w = 1; w < kSampleWarps; ++w)
+    if (beats(s.warp_value[w], s.warp_id[w], best, best_id)) best = s.warp_value[w], best_id = s.warp_id[w];
+  return best_id;
+}
+
+// The largest logit of the row (exact in any order).
+__device__ float row_max(const Row& row, SampleShared& s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float m = -INFINITY;
+  for_each_logit(row, [&](int64_t, float l, bool valid) {
+    if (valid) m = fmaxf(m, l);
+  });
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
+  if (lane == 0) s.warp_value[warp] = m;
+  __syncthreads();
+  m = s.warp_value[0];
+  for (int w = 1; w < kSampleWarps; ++w) m = fmaxf(m, s.warp_value[w]);
+  __syncthreads();  // warp_value is reused
+  return m;
+}
+
+template <int kBins>
+__device__ void histogram_clear(Histogram<kBins>& h) {
+  for (int b = threadIdx.x; b < kBins; b += kSampleThreads) h.mass[b] = 0, h.count[b] = 0, h.first_id[b] = kNoId;
+}
+
+// Adds each taking lane's token to its bin. Lanes with the same bin combine first, so a bin many tokens fall into
+// costs one atomic per warp, not one per token. The atomics are integer: the totals do not depend on the order in
+// which they land. Every lane of the warp calls this.
+template <int kBins>
+__device__ __forceinline__ void histogram_add(Histogram<kBins>& h, bool take, uint32_t bin, u64 mass, uint32_t id) {
+  const unsigned takers = __ballot_sync(kFullMask, take);
+  if (!take) return;
+  const unsigned peers = __match_any_sync(takers, bin);
+  // The group's weight from two parts whose 32-bit sums over at most 32 lanes cannot overflow (mass <= 2^53).
+  const unsigned high = __reduce_add_sync(peers, static_cast<unsigned>(mass >> 27));
+  const unsigned low = __reduce_add_sync(peers, static_cast<unsigned>(mass) & ((1u << 27) - 1));
+  const unsigned first = __reduce_min_sync(peers, id);
+  if (static_cast<int>(threadIdx.x % 32) == __ffs(peers) - 1) {
+    atomicAdd(&h.count[bin], static_cast<unsigned>(__popc(peers)));
+    atomicAdd(&h.mass[bin], (static_cast<u64>(high) << 27) + low);
+    atomicMin(&h.first_id[bin], first);
+  }
+}
+
+// Inclusive prefix sums of v over the block's threads in thread order.
+__device__ Tally block_inclusive_scan(Tally v, SampleShared& s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const uint32_t count = __shfl_up_sync(kFullMask, v.count, offset);
+    const u64 mass = __shfl_up_sync(kFullMask, v.mass, offset);
+    if (lane >= offset) v.count += count, v.mass += mass;
+  }
+  if (lane == 31) s.warp_tally[warp] = v;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) v = v + s.warp_tally[w];
+  __syncthreads();  // warp_tally is reused
+  return v;
+}
+
+template <int kBins>
+__device__ Tally histogram_total(const Histogram<kBins>& h, SampleShared& s) {
+  Tally own{0, 0};
+  for (int b = threadIdx.x; b < kBins; b += kSampleThreads) own = own + Tally{h.count[b], h.mass[b]};
+  const Tally inclusive = block_inclusive_scan(own, s);
+  if (threadIdx.x == kSampleThreads - 1) s.total = inclusive;
+  __syncthreads();
+  const Tally total = s.total;
+  __syncthreads();
+  return total;
+}
+
+// What a descent looks for: the first token in rank order whose running tally (itself included) meets it.
+enum class Goal { kCount, kMassAtLeast, kMassAbove };
+struct Condition {
+  Goal goal;
+  uint32_t count;         // kCount: running count >= count (the top_k-th token)
+  double mass_threshold;  // kMassAtLeast: running weight >= this (the end of the nucleus)
+  u64 total;              // kMassAbove: running weight > u · total, u = u24 / 2^24 (the pick)
+  uint32_t u24;
+
+  // Monotone in the tally, and false for the empty one.
+  __device__ bool met(Tally t) const {
+    if (goal == Goal::kCount) return t.count >= count;
+    if (goal == Goal::kMassAtLeast) return static_cast<double>(t.mass) >= mass_threshold;
+    // mass · 2^24 > u24 · total, compared exactly in 128 bits.
+    const u64 lhs_high = t.mass >> 40, lhs_low = t.mass << 24;
+    const u64 rhs_high = __umul64hi(static_cast<u64>(u24), total), rhs_low = static_cast<u64>(u24) * total;
+    return lhs_high > rhs_high || (lhs_high == rhs_high && lhs_low > rhs_low);
+  }
+};
+
+// The bin of h at which `cond` is first met, counting `base` for everything ranked before h's tokens. Thread j
+// holds bins [j·P, j·P + P); a block prefix scan gives each its running tally, and the one bin where the condition
+// turns true is unique because it is monotone. If it never turns true (only NaN logits do that) the last bin is
+// returned, which keeps every later index in range.
+template <int kBins>
+__device__ Boundary find_boundary(const Histogram<kBins>& h, Tally base, const Condition& cond, SampleShared& s) {
+  constexpr int kPerThread = (kBins + kSampleThreads - 1) / kSampleThreads;
+  const int first = threadIdx.x * kPerThread;
+  Tally own{0, 0};
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j)
+    if (first + j < kBins) own = own + Tally{h.count[first + j], h.mass[first + j]};
+  if (threadIdx.x == 0) s.boundary = Boundary{kBins - 1, base};
+  const Tally inclusive = block_inclusive_scan(own, s);
+  Tally running = base + (inclusive - own);
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    if (first + j >= kBins) break;
+    const Tally next = running + Tally{h.count[first + j], h.mass[first + j]};
+    if (!cond.met(running) && cond.met(next)) s.boundary = Boundary{first + j, running};
+    running = next;
+  }
+  __syncthreads();
+  const Boundary boundary = s.boundary;
+  __syncthreads();  // boundary is reused
+  return boundary;
+}
+
+// The n-th lowest id (n >= 1) among the tokens whose key is `key`: tiles of 1024 consecutive ids, counted in id
+// order until the tile that holds it, then ranked within that tile.
+__device__ uint32_t nth_tied_id(const Row& row, uint32_t key, uint32_t n, SampleShared& s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t before = 0;
+  for (int64_t tile = 0; tile < row.vocab; tile += kSampleThreads) {
+    const int64_t i = tile + threadIdx.x;
+    const bool tied = i < row.vocab && row.key(row.logits[i]) == key;
+    const uint32_t in_tile = static_cast<uint32_t>(__syncthreads_count(tied));
+    if (before + in_tile >= n) {  // the same in every thread
+      const unsigned ballot = __ballot_sync(kFullMask, tied);
+      if (lane == 0) s.warp_id[warp] = static_cast<uint32_t>(__popc(ballot));
+      if (threadIdx.x == 0) s.found_id = kNoId;
+      __syncthreads();
+      uint32_t rank = before + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1))) + 1;
+      for (int w = 0; w < warp; ++w) rank += s.warp_id[w];
+      if (tied && rank == n) s.found_id = static_cast<uint32_t>(i);
+      __syncthreads();
+      const uint32_t found = s.found_id;
+      __syncthreads();  // warp_id and found_id are reused
+      return found;
+    }
+    before += in_tile;
+  }
+  return kNoId;
+}
+
+// A token and the tally of every token up to and including it in rank order.
+struct Position {
+  uint32_t id;
+  Tally through;
+};
+
+// The first token in rank order whose running tally meets `cond`. Expects s.level0 to hold the row's level-0
+// histogram; sweeps the row twice (levels 1 and 2), and a third time when the key it lands on is shared by tokens
+// and the one it needs is not the lowest-id one of them.
+__device__ Position descend(const Row& row, const Condition& cond, SampleShared& s) {
+  const Boundary b0 = find_boundary(s.level0, Tally{0, 0}, cond, s);
+  histogram_clear(s.level);
+  __syncthreads();
+  for_each_logit(row, [&](int64_t i, float l, bool valid) {
+    const uint32_t key = row.key(l);
+    const bool take = valid && static_cast<int>(key >> kLevel0Shift) == b0.bin;
+    histogram_add(s.level, take, (key >> kLevelBits) & (kLevelBins - 1), take ? row.mass(key) : 0,
+                  static_cast<uint32_t>(i));
+  });
+  __syncthreads();
+  const Boundary b1 = find_boundary(s.level, b0.before, cond, s);
+  const uint32_t prefix = (static_cast<uint32_t>(b0.bin) << kLevelBits) | static_cast<uint32_t>(b1.bin);  // key >> 11
+
+  histogram_clear(s.level);
+  __syncthreads();
+  for_each_logit(row, [&](int64_t i, float l, bool valid) {
+    const uint32_t key = row.key(l);
+    const bool take = valid && (key >> kLevelBits) == prefix;
+    histogram_add(s.level, take, key & (kLevelBins - 1), take ? row.mass(key) : 0, static_cast<uint32_t>(i));
+  });
+  __syncthreads();
+  const Boundary b2 = find_boundary(s.level, b1.before, cond, s);
+  const uint32_t key = (prefix << kLevelBits) | static_cast<uint32_t>(b2.bin);
+  const uint32_t tied = s.level.count[b2.bin], first_id = s.level.first_id[b2.bin];
+  const u64 each = row.mass(key);
+
+  // The tokens of this key weigh the same and come in id order: the first j of them that meets the condition.
+  uint32_t lo = 1, hi = tied > 1 ? tied : 1;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (cond.met(b2.before + Tally{mid, mid * each}))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  const uint32_t id = lo == 1 ? first_id : nth_tied_id(row, key, lo, s);
+  return Position{id, b2.before + Tally{lo, lo * each}};
+}
+
+// Block r draws row r.
+__global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTokensParams p, float mass_scale) {
+  __shared__ SampleShared s;
+  const SampleDraw draw = p.draws[blockIdx.x];
+  Row row{};
+  row.logits = p.logits + static_cast<int64_t>(blockIdx.x) * p.vocab;
+  row.vocab = p.vocab;
+  row.vectorized = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+  uint32_t id;
+  if (draw.greedy) {
+    id = row_argmax(row, s);
+  } else {
+    row.max_logit = row_max(row, s);
+    row.inv_temperature = draw.inv_temperature;
+    row.mass_scale = mass_scale;
+    histogram_clear(s.level0);
+    __syncthreads();
+    for_each_logit(row, [&](int64_t i, float l, bool valid) {
+      const uint32_t key = row.key(l);
+      histogram_add(s.level0, valid, key >> kLevel0Shift, valid ? row.mass(key) : 0, static_cast<uint32_t>(i));
+    });
+    __syncthreads();
+
+    u64 kept = 0;
+    if (draw.top_k > 0 && draw.top_k < p.vocab) {
+      const Condition top_k{Goal::kCount, static_cast<uint32_t>(draw.top_k), 0.0, 0, 0};
+      kept = descend(row, top_k, s).through.mass;
+    } else {
+      kept = histogram_total(s.level0, s).mass;
+    }
+    u64 nucleus = kept;
+    if (draw.top_p < 1.0f) {
+      const Condition top_p{Goal::kMassAtLeast, 0, static_cast<double>(draw.top_p) * static_cast<double>(kept), 0, 0};
+      nucleus = descend(row, top_p, s).through.mass;
+    }
+    const Condition pick{Goal::kMassAbove, 0, 0.0, nucleus, draw.u24};
+    id = descend(row, pick, s).id;
+  }
+  if (threadIdx.x == 0) p.ids[blockIdx.x] = id < p.vocab ? static_cast<int32_t>(id) : 0;
+}
+
+}  // namespace
+
+void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(params.tokens));
+  const size_t shared = static_cast<size_t>(params.experts + params.top_k) * sizeof(float);
+  if (fault == KernelFault::kRouteTiesToHigher)
+    moe_route_kernel<KernelFault::kRouteTiesToHigher><<<grid, kRouteThreads, shared, stream>>>(params);
+  else
+    moe_route_kernel<KernelFault::kNone><<<grid, kRouteThreads, shared, stream>>>(params);
+}
+
+// The sampler has no planted control: the fault leaves it unchanged.
+void launch_sample_tokens(const SampleTokensParams& params, KernelFault, cudaStream_t stream) {
+  int vocab_bits = 0;
+  while ((params.vocab >> vocab_bits) != 0) ++vocab_bits;
+  const int shift = 63 - vocab_bits < 53 ? 63 - vocab_bits : 53;  // vocab · 2^shift < 2^63: no sum overflows
+  const float mass_scale = static_cast<float>(1ull << shift);
+  sample_tokens_kernel<<<static_cast<unsigned>(params.rows), kSampleThreads, 0, stream>>>(params, mass_scale);
+}
+
+}  // namespace plumb::cuda

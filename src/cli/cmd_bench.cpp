@@ -1,0 +1,785 @@
+// plumb bench: decode and prefill speed of a model with synthetic weights, and the speed of its main kernels, each
+// stated against a floor counted from first principles (docs: exactness.md, "evidence for a speed claim"):
+//
+//   floor = bytes the work must move / device-to-device copy bandwidth measured in the same run
+//   (or FLOPs / --tensor-rate-tflops for compute-bound work).
+//
+// A benchmark, not a test: it prints one table and writes the numbers as JSON, and asserts nothing about speed.
+// Timings are wall-clock between backend.synchronize() calls, so they include host launch overhead (no graphs).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/device.h"
+#include "core/error.h"
+#include "model/qwen3_next.h"
+#include "model/synthetic_weights.h"
+#ifdef PLUMB_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace plumb::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+// Per-kernel inputs are replicated until one pass over them touches at least this much memory, so memory-bound
+// kernels are timed from HBM rather than from the 50 MB L2 (at most kMaxInputSets copies).
+constexpr double kL2FlushBytes = 256.0 * (1 << 20);
+constexpr int64_t kMaxInputSets = 64;
+// Long contexts are prefilled in pieces of this many tokens (a multiple of the GDN chunk) to bound activations.
+constexpr int64_t kPrefillPiece = 8192;
+// FLA's chunked GDN prefill of 16K tokens, one layer, Qwen3-Next shapes, H200 graph replay (docs/peers.md).
+constexpr double kFlaPrefill16kMs = 1.03;
+
+struct BenchArgs {
+  std::string device = "cpu", model, batches = "1,4,16,64", prefill = "4096,16384", kernel_batches = "1,16,64";
+  std::string json_path, device_name, commit;
+  bool synthetic = false, skip_kernels = false;
+  int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, kernel_repeats = 10, copy_mib = 0;
+  double tensor_rate_tflops = 0;
+  uint64_t seed = 1;
+};
+
+std::vector<int64_t> parse_sizes(const std::string& text, const char* flag) {
+  std::vector<int64_t> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(begin, end - begin);
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PLUMB_CHECK(!item.empty() && used == item.size() && v > 0, "{}: '{}' is not a positive integer", flag, item);
+    out.push_back(v);
+    begin = end + 1;
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Samples of `repeats` timings, each of `inner` back-to-back calls fn(0..inner-1) between synchronizations, divided
+// by inner; one untimed pass first.
+std::vector<double> time_calls(Backend& be, int64_t repeats, int64_t inner, const std::function<void(int64_t)>& fn) {
+  for (int64_t i = 0; i < inner; ++i) fn(i);
+  std::vector<double> samples;
+  for (int64_t r = 0; r < repeats; ++r) {
+    be.synchronize();
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < inner; ++i) fn(i);
+    be.synchronize();
+    samples.push_back(seconds_since(start) / static_cast<double>(inner));
+  }
+  return samples;
+}
+
+int64_t input_sets(double bytes_per_call) {
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kL2FlushBytes / bytes_per_call)), 1, kMaxInputSets);
+}
+
+Tensor random_tensor(Backend& be, DType dtype, const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = be.empty(dtype, shape);
+  be.random_uniform(t, seed, lo, hi);
+  return t;
+}
+
+std::string human_time(double s) {
+  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
+  if (s < 1.0) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.3f} s", s);
+}
+std::string human_bytes(double b) {
+  return b >= 1e9 ? fmt::format("{:.3f} GB", b / 1e9) : fmt::format("{:.3f} MB", b / 1e6);
+}
+std::string human_flops(double f) {
+  return f >= 1e12 ? fmt::format("{:.3f} TFLOP", f / 1e12) : fmt::format("{:.3f} GFLOP", f / 1e9);
+}
+std::string bandwidth(double bytes_per_s) {
+  return bytes_per_s >= 10e9 ? fmt::format("{:.0f} GB/s", bytes_per_s / 1e9)
+                             : fmt::format("{:.3f} GB/s", bytes_per_s / 1e9);
+}
+std::string flop_rate(double flops_per_s) {
+  return flops_per_s >= 1e12 ? fmt::format("{:.1f} TFLOP/s", flops_per_s / 1e12)
+                             : fmt::format("{:.2f} GFLOP/s", flops_per_s / 1e9);
+}
+std::string percent(double fraction) {
+  return fmt::format("{:.1f}%", 100.0 * fraction);
+}
+
+// One line of the printed table.
+struct Row {
+  std::string what, shape, time, rate, work, floor, of_floor;
+};
+
+void print_table(const std::vector<Row>& rows) {
+  const Row head{"what", "shape", "time", "rate", "work", "floor", "of floor"};
+  size_t w[7] = {};
+  auto widen = [&](const Row& r) {
+    const std::string* f[7] = {&r.what, &r.shape, &r.time, &r.rate, &r.work, &r.floor, &r.of_floor};
+    for (int i = 0; i < 7; ++i) w[i] = std::max(w[i], f[i]->size());
+  };
+  widen(head);
+  for (const Row& r : rows) widen(r);
+  auto line = [&](const Row& r) {
+    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", r.what, w[0], r.shape, w[1], r.time, w[2],
+               r.rate, w[3], r.work, w[4], r.floor, w[5], r.of_floor, w[6]);
+  };
+  line(head);
+  for (const Row& r : rows) line(r);
+}
+
+// What the model's weights weigh, split the way a decode step reads them.
+struct WeightCounts {
+  double total_bytes = 0;          // every weight as allocated (a tied lm_head once)
+  double dense_bytes = 0;          // read whole by every step: layer weights except routed experts, final norm, lm_head
+  double expert_bytes = 0;         // one routed expert of one layer (gate, up, down)
+  double embedding_row_bytes = 0;  // one row of embed_tokens
+  double layer_matmul_params = 0;  // matrix parameters a token multiplies in its layers, routed experts excluded
+  double expert_params = 0;        // one routed expert: 3·I·H
+  double lm_head_params = 0;
+  int64_t moe_layers = 0;
+};
+
+WeightCounts count_weights(const ModelConfig& c, const ModelWeights& w) {
+  WeightCounts n;
+  auto bytes = [](const Tensor& t) { return static_cast<double>(t.nbytes()); };
+  auto layer_tensor = [&](const Tensor& t) {
+    n.dense_bytes += bytes(t);
+    if (t.rank() == 2) n.layer_matmul_params += static_cast<double>(t.numel());
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.input_norm, &l.post_attn_norm}) layer_tensor(*t);
+    if (l.kind == LayerKind::kGatedDeltaNet) {
+      const GdnWeights& g = l.gdn;
+      // conv1d [C, K] is a 2-D parameter but no matrix product: counted as bytes only.
+      n.dense_bytes += bytes(g.conv1d);
+      for (const Tensor* t :
+           {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.A_log, &g.dt_bias, &g.norm, &g.out_proj})
+        layer_tensor(*t);
+    } else {
+      const AttentionWeights& a = l.attn;
+      for (const Tensor* t : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm}) layer_tensor(*t);
+    }
+    if (l.mlp_kind == MlpKind::kMoe) {
+      const MoeWeights& m = l.moe;
+      ++n.moe_layers;
+      layer_tensor(m.router);
+      if (m.has_shared_expert)
+        for (const Tensor* t :
+             {&m.shared_expert.gate_proj, &m.shared_expert.up_proj, &m.shared_expert.down_proj, &m.shared_expert_gate})
+          layer_tensor(*t);
+      n.expert_bytes = (bytes(m.experts.gate_up) + bytes(m.experts.down)) / static_cast<double>(c.num_experts);
+      n.expert_params = 3.0 * static_cast<double>(c.moe_intermediate_size * c.hidden_size);
+    } else {
+      for (const Tensor* t : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) layer_tensor(*t);
+    }
+  }
+  n.dense_bytes += bytes(w.final_norm) + bytes(w.lm_head);
+  n.lm_head_params = static_cast<double>(w.lm_head.numel());
+  n.embedding_row_bytes = bytes(w.embed_tokens) / static_cast<double>(c.vocab_size);
+  n.total_bytes = n.dense_bytes + n.expert_bytes * static_cast<double>(n.moe_layers * c.num_experts) +
+                  (c.tie_word_embeddings ? 0.0 : bytes(w.embed_tokens));
+  return n;
+}
+
+// Expected number of distinct experts B tokens touch in one layer when each picks top_k of E uniformly at random:
+// an expert is missed by one token with probability 1 − k/E, by all B with (1 − k/E)^B.
+double expected_experts_touched(const ModelConfig& c, int64_t B) {
+  const double E = static_cast<double>(c.num_experts), k = static_cast<double>(c.num_experts_per_tok);
+  return E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(B)));
+}
+
+// Bytes one decode step of B sequences must move, each reading `positions` cached KV positions on average.
+struct StepBytes {
+  double dense = 0, experts = 0, experts_touched = 0, embedding = 0, recurrent = 0, conv = 0, kv = 0;
+  double total() const { return dense + experts + embedding + recurrent + conv + kv; }
+};
+
+StepBytes decode_step_bytes(const ModelConfig& c, const WeightCounts& n, DType kv_dtype, int64_t B, double positions) {
+  const double b = static_cast<double>(B);
+  const double gdn = c.num_layers_of(LayerKind::kGatedDeltaNet), attn = c.num_layers_of(LayerKind::kFullAttention);
+  StepBytes s;
+  s.dense = n.dense_bytes;
+  s.experts_touched = n.moe_layers > 0 ? expected_experts_touched(c, B) : 0.0;
+  s.experts = static_cast<double>(n.moe_layers) * s.experts_touched * n.expert_bytes;
+  s.embedding = b * n.embedding_row_bytes;
+  s.recurrent = 2.0 * 4.0 *
+                static_cast<double>(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim) * gdn *
+                b;
+  s.conv = 2.0 * 4.0 * static_cast<double>(c.conv_dim() * (c.linear_conv_kernel_dim - 1)) * gdn * b;
+  s.kv = positions * 2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) *
+         static_cast<double>(dtype_size(kv_dtype)) * attn * b;
+  return s;
+}
+
+// Matrix-product FLOPs of one prefill of T tokens with last-row logits: projections and experts, plus causal
+// attention (QKᵀ and PV over T(T+1)/2 query-key pairs). The delta rule's own FLOPs (~6·dk·dv per token and value
+// head) are left out: under 2% of the total at these shapes.
+double prefill_flops(const ModelConfig& c, const WeightCounts& n, int64_t T) {
+  const double t = static_cast<double>(T);
+  const double per_token =
+      n.layer_matmul_params + static_cast<double>(n.moe_layers * c.num_experts_per_tok) * n.expert_params;
+  const double attention = 2.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * t * (t + 1.0) *
+                           c.num_layers_of(LayerKind::kFullAttention);
+  return 2.0 * t * per_token + 2.0 * n.lm_head_params + attention;
+}
+
+struct Context {
+  Context(const BenchArgs& a, Backend& b, const ModelConfig& c) : args(a), be(b), config(c) {}
+  const BenchArgs& args;
+  Backend& be;
+  const ModelConfig& config;
+  double copy_bandwidth = 0;          // bytes/s, read + written
+  std::optional<double> tensor_rate;  // FLOP/s
+  std::vector<Row> rows;
+  json out;
+};
+
+// A deterministic stream of token ids.
+class TokenStream {
+ public:
+  explicit TokenStream(int64_t vocab, uint64_t seed) : vocab_(static_cast<uint64_t>(vocab)), x_(seed) {}
+  int32_t next() {
+    x_ = x_ * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int32_t>((x_ >> 33) % vocab_);
+  }
+  std::vector<int32_t> take(int64_t n) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& id : ids) id = next();
+    return ids;
+  }
+
+ private:
+  uint64_t vocab_, x_;
+};
+
+void measure_copy(Context& ctx) {
+  Backend& be = ctx.be;
+  const int64_t mib = ctx.args.copy_mib > 0 ? ctx.args.copy_mib : (be.device() == Device::kCpu ? 64 : 2048);
+  const int64_t n = mib * (int64_t{1} << 20) / 4;
+  Tensor src = random_tensor(be, DType::kF32, {n}, 11);  // [n]
+  Tensor dst = be.empty(DType::kF32, {n});               // [n]
+  const std::vector<double> samples = time_calls(be, 10, 1, [&](int64_t) { be.copy(src, dst); });
+  const double moved = 2.0 * static_cast<double>(src.nbytes()), s = median(samples);
+  ctx.copy_bandwidth = moved / s;
+  ctx.rows.push_back(
+      {"copy", fmt::format("{} MiB", mib), human_time(s), bandwidth(ctx.copy_bandwidth), human_bytes(moved), "", ""});
+  ctx.out["copy"] = {{"buffer_bytes", src.nbytes()},
+                     {"bytes_moved", moved},
+                     {"median_s", s},
+                     {"bandwidth_bytes_per_s", ctx.copy_bandwidth},
+                     {"samples_s", samples}};
+}
+
+// Runs `tokens` tokens of one sequence through the model, in pieces.
+void prefill(const Qwen3NextModel& model, SequenceState& state, TokenStream& tokens, int64_t count) {
+  for (int64_t done = 0; done < count; done += kPrefillPiece)
+    model.forward(state, tokens.take(std::min(kPrefillPiece, count - done)), LogitsRows::kLast, GdnAlgorithm::kChunked);
+}
+
+// Gives `to` the state of `from`: recurrent and conv states, and the filled KV positions.
+void clone_state(Backend& be, const SequenceState& from, SequenceState& to) {
+  for (size_t i = 0; i < from.layers.size(); ++i) {
+    const LayerState& f = from.layers[i];
+    LayerState& t = to.layers[i];
+    if (f.recurrent_state.data()) {
+      be.copy(f.recurrent_state, t.recurrent_state);
+      be.copy(f.conv_state, t.conv_state);
+    }
+    if (f.kv.k.data() && from.position > 0) {
+      Tensor k = t.kv.k.rows(0, from.position), v = t.kv.v.rows(0, from.position);
+      be.copy(f.kv.k.rows(0, from.position), k);
+      be.copy(f.kv.v.rows(0, from.position), v);
+    }
+  }
+  to.position = from.position;
+}
+
+void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts& counts, int64_t B) {
+  const BenchArgs& a = ctx.args;
+  Backend& be = ctx.be;
+  TokenStream tokens(ctx.config.vocab_size, a.seed + static_cast<uint64_t>(B));
+  const int64_t capacity = a.context + a.warmup + a.steps;
+  // Every sequence starts from the same prefilled prompt: prefill one, copy its state into the others.
+  SequenceState prompt = model.new_sequence(capacity);
+  prefill(model, prompt, tokens, a.context);
+  std::vector<SequenceState> states;
+  states.reserve(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) {
+    states.push_back(model.new_sequence(capacity));
+    clone_state(be, prompt, states.back());
+  }
+  std::vector<SequenceInput> batch(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) batch[i].state = &states[i];
+  auto step = [&] {
+    for (SequenceInput& s : batch) s.ids = {tokens.next()};
+    model.forward(batch, LogitsRows::kLast, GdnAlgorithm::kChunked);
+  };
+  for (int64_t i = 0; i < a.warmup; ++i) step();
+  std::vector<double> samples;
+  for (int64_t i = 0; i < a.steps; ++i) {
+    be.synchronize();
+    const auto start = Clock::now();
+    step();
+    be.synchronize();
+    samples.push_back(seconds_since(start));
+  }
+  const double s = median(samples);
+  // Timed step i reads the KV of context + warmup + i earlier positions and writes one: on average this many.
+  const double positions = static_cast<double>(a.context + a.warmup) + static_cast<double>(a.steps - 1) / 2.0 + 1.0;
+  const StepBytes bytes = decode_step_bytes(ctx.config, counts, be.kv_dtype(), B, positions);
+  const double floor = bytes.total() / ctx.copy_bandwidth;
+  ctx.rows.push_back({"decode step", fmt::format("B={}, past {}", B, a.context), human_time(s),
+                      fmt::format("{:.1f} tok/s", static_cast<double>(B) / s), human_bytes(bytes.total()),
+                      human_time(floor), percent(floor / s)});
+  ctx.out["decode"].push_back({{"batch", B},
+                               {"past_tokens", a.context},
+                               {"mean_kv_positions_read", positions},
+                               {"step_s_median", s},
+                               {"tokens_per_s", static_cast<double>(B) / s},
+                               {"bytes",
+                                {{"dense_weights", bytes.dense},
+                                 {"experts_touched_per_layer", bytes.experts_touched},
+                                 {"routed_experts", bytes.experts},
+                                 {"embedding_rows", bytes.embedding},
+                                 {"recurrent_state", bytes.recurrent},
+                                 {"conv_state", bytes.conv},
+                                 {"kv_cache", bytes.kv},
+                                 {"total", bytes.total()}}},
+                               {"floor_s", floor},
+                               {"fraction_of_floor", floor / s},
+                               {"samples_s", samples}});
+}
+
+void bench_prefill(Context& ctx, const Qwen3NextModel& model, const WeightCounts& counts, int64_t T) {
+  Backend& be = ctx.be;
+  TokenStream tokens(ctx.config.vocab_size, ctx.args.seed + 1000 + static_cast<uint64_t>(T));
+  const std::vector<int32_t> ids = tokens.take(T);
+  {  // warm-up: the first run at a length also sizes the memory pool for it
+    SequenceState s = model.new_sequence(T);
+    model.forward(s, ids, LogitsRows::kLast, GdnAlgorithm::kChunked);
+  }
+  std::vector<double> samples;
+  for (int64_t r = 0; r < ctx.args.prefill_repeats; ++r) {
+    SequenceState s = model.new_sequence(T);
+    be.synchronize();
+    const auto start = Clock::now();
+    model.forward(s, ids, LogitsRows::kLast, GdnAlgorithm::kChunked);
+    be.synchronize();
+    samples.push_back(seconds_since(start));
+  }
+  const double s = median(samples), flops = prefill_flops(ctx.config, counts, T);
+  std::optional<double> floor;
+  if (ctx.tensor_rate) floor = flops / *ctx.tensor_rate;
+  ctx.rows.push_back({"prefill", fmt::format("T={}", T), human_time(s),
+                      fmt::format("{:.0f} tok/s, {}", static_cast<double>(T) / s, flop_rate(flops / s)),
+                      human_flops(flops), floor ? human_time(*floor) : "", floor ? percent(*floor / s) : ""});
+  ctx.out["prefill"].push_back({{"tokens", T},
+                                {"median_s", s},
+                                {"tokens_per_s", static_cast<double>(T) / s},
+                                {"matmul_flops", flops},
+                                {"tflops_per_s", flops / s / 1e12},
+                                {"floor_s", floor ? json(*floor) : json(nullptr)},
+                                {"fraction_of_floor", floor ? json(*floor / s) : json(nullptr)},
+                                {"samples_s", samples}});
+}
+
+// Adds a memory-bound kernel result: bytes over the copy bandwidth.
+json bytes_result(Context& ctx, const std::string& what, const std::string& shape, double s, double bytes,
+                  const std::vector<double>& samples) {
+  const double floor = bytes / ctx.copy_bandwidth;
+  ctx.rows.push_back(
+      {what, shape, human_time(s), bandwidth(bytes / s), human_bytes(bytes), human_time(floor), percent(floor / s)});
+  return {{"shape", shape},           {"median_s", s},    {"bytes", bytes},
+          {"bytes_per_s", bytes / s}, {"floor_s", floor}, {"fraction_of_floor", floor / s},
+          {"samples_s", samples}};
+}
+
+// Adds a compute-bound kernel result: FLOPs over --tensor-rate-tflops when given.
+json flops_result(Context& ctx, const std::string& what, const std::string& shape, double s, double flops,
+                  const std::vector<double>& samples) {
+  std::optional<double> floor;
+  if (ctx.tensor_rate) floor = flops / *ctx.tensor_rate;
+  ctx.rows.push_back({what, shape, human_time(s), flop_rate(flops / s), human_flops(flops),
+                      floor ? human_time(*floor) : "", floor ? percent(*floor / s) : ""});
+  return {{"shape", shape},
+          {"median_s", s},
+          {"flops", flops},
+          {"tflops_per_s", flops / s / 1e12},
+          {"floor_s", floor ? json(*floor) : json(nullptr)},
+          {"fraction_of_floor", floor ? json(*floor / s) : json(nullptr)},
+          {"samples_s", samples}};
+}
+
+template <typename T>
+const T& first_of_kind(const std::vector<LayerWeights>& layers, LayerKind kind, const T LayerWeights::*field) {
+  for (const LayerWeights& l : layers)
+    if (l.kind == kind) return l.*field;
+  PLUMB_FAIL("bench: the model has no {} layer", layer_kind_name(kind));
+}
+
+// The delta rule's recurrent step for B sequences of one layer: the FP32 state is read and written once.
+void bench_gdn_decode(Context& ctx, const GdnWeights& w, int64_t B) {
+  const ModelConfig& c = ctx.config;
+  Backend& be = ctx.be;
+  const int64_t nv = c.linear_num_value_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  const int64_t C = c.conv_dim();
+  const double bytes = static_cast<double>(B) * 4.0 *
+                       (2.0 * static_cast<double>(nv * dk * dv) + static_cast<double>(C + 2 * nv + nv * dv));
+  struct Set {
+    Tensor qkv, a, b, o;         // [B, C], [B, nv], [B, nv], [B, nv, dv]
+    std::vector<Tensor> states;  // B × [nv, dk, dv]
+    std::vector<Tensor*> state_ptrs;
+  };
+  const int64_t n_sets = input_sets(bytes);
+  std::vector<Set> sets(static_cast<size_t>(n_sets));
+  BatchRows batch;
+  for (int64_t i = 0; i < B; ++i) batch.push_back({i, 1, 100});
+  uint64_t seed = 100;
+  for (Set& s : sets) {
+    s.qkv = random_tensor(be, DType::kF32, {B, C}, ++seed);
+    s.a = random_tensor(be, DType::kF32, {B, nv}, ++seed);
+    s.b = random_tensor(be, DType::kF32, {B, nv}, ++seed);
+    s.o = be.empty(DType::kF32, {B, nv, dv});
+    for (int64_t i = 0; i < B; ++i)
+      s.states.push_back(random_tensor(be, DType::kF32, {nv, dk, dv}, ++seed, -0.1f, 0.1f));
+    for (Tensor& t : s.states) s.state_ptrs.push_back(&t);
+  }
+  const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, n_sets, [&](int64_t i) {
+    Set& s = sets[static_cast<size_t>(i)];
+    be.gated_delta_rule(s.qkv, c.linear_num_key_heads, s.a, s.b, w.A_log, w.dt_bias, s.state_ptrs, batch, s.o,
+                        GdnAlgorithm::kRecurrent);
+  });
+  json result = bytes_result(ctx, "kernel gdn decode", fmt::format("B={}", B), median(samples), bytes, samples);
+  result["batch"] = B;
+  ctx.out["kernels"]["gdn_decode"].push_back(result);
+}
+
+// The delta rule's chunked form over one sequence of T tokens, one layer.
+void bench_gdn_prefill(Context& ctx, const GdnWeights& w, int64_t T) {
+  const ModelConfig& c = ctx.config;
+  Backend& be = ctx.be;
+  const int64_t nv = c.linear_num_value_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  Tensor qkv = random_tensor(be, DType::kF32, {T, c.conv_dim()}, 201);  // [T, C]
+  Tensor a = random_tensor(be, DType::kF32, {T, nv}, 202);              // [T, nv]
+  Tensor b = random_tensor(be, DType::kF32, {T, nv}, 203);              // [T, nv]
+  Tensor state = be.zeros(DType::kF32, {nv, dk, dv});                   // [nv, dk, dv]
+  Tensor o = be.empty(DType::kF32, {T, nv, dv});                        // [T, nv, dv]
+  std::vector<Tensor*> states = {&state};
+  const BatchRows batch = {{0, T, 0}};
+  const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, 1, [&](int64_t) {
+    be.gated_delta_rule(qkv, c.linear_num_key_heads, a, b, w.A_log, w.dt_bias, states, batch, o,
+                        GdnAlgorithm::kChunked);
+  });
+  const double s = median(samples);
+  // Bytes: q, k, v, a and b read, o written, the state read and written once.
+  const double bytes =
+      4.0 * (static_cast<double>(T * (c.conv_dim() + 2 * nv + nv * dv)) + 2.0 * static_cast<double>(nv * dk * dv));
+  const bool fla_shape = T == 16384 && c.linear_num_key_heads == 16 && nv == 32 && dk == 128 && dv == 128;
+  const std::string what = fla_shape ? fmt::format("kernel gdn prefill (FLA {:.2f} ms: {:.2f}x)", kFlaPrefill16kMs,
+                                                   kFlaPrefill16kMs * 1e-3 / s)
+                                     : std::string("kernel gdn prefill");
+  json result = bytes_result(ctx, what, fmt::format("T={}, chunked", T), s, bytes, samples);
+  result["tokens"] = T;
+  result["fla_16k_ms"] = fla_shape ? json(kFlaPrefill16kMs) : json(nullptr);
+  result["speedup_over_fla"] = fla_shape ? json(kFlaPrefill16kMs * 1e-3 / s) : json(nullptr);
+  ctx.out["kernels"]["gdn_prefill"] = result;
+}
+
+// Decode attention of B sequences of one layer, each over `past` cached positions plus its new one.
+void bench_attention_decode(Context& ctx, int64_t B, int64_t past) {
+  const ModelConfig& c = ctx.config;
+  Backend& be = ctx.be;
+  const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
+  const double kv_bytes =
+      static_cast<double>(B * (past + 1) * 2 * nkv * d) * static_cast<double>(dtype_size(be.kv_dtype()));
+  const double bytes = kv_bytes + static_cast<double>(B * 4 * (2 * nq * d + 2 * nkv * d));
+  struct Set {
+    Tensor q, k, v, o;            // [B, nq, d], [B, nkv, d], [B, nkv, d], [B, nq, d]
+    std::vector<KvCache> caches;  // B × k, v [past + 1, nkv, d]
+    std::vector<KvCache*> cache_ptrs;
+  };
+  const int64_t n_sets = input_sets(bytes);
+  std::vector<Set> sets(static_cast<size_t>(n_sets));
+  BatchRows batch;
+  for (int64_t i = 0; i < B; ++i) batch.push_back({i, 1, past});
+  uint64_t seed = 300;
+  for (Set& s : sets) {
+    s.q = random_tensor(be, DType::kF32, {B, nq, d}, ++seed);
+    s.k = random_tensor(be, DType::kF32, {B, nkv, d}, ++seed);
+    s.v = random_tensor(be, DType::kF32, {B, nkv, d}, ++seed);
+    s.o = be.empty(DType::kF32, {B, nq, d});
+    for (int64_t i = 0; i < B; ++i)
+      s.caches.push_back({random_tensor(be, be.kv_dtype(), {past + 1, nkv, d}, ++seed),
+                          random_tensor(be, be.kv_dtype(), {past + 1, nkv, d}, ++seed)});
+    for (KvCache& kv : s.caches) s.cache_ptrs.push_back(&kv);
+  }
+  const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, n_sets, [&](int64_t i) {
+    Set& s = sets[static_cast<size_t>(i)];
+    be.attention(s.q, s.k, s.v, s.cache_ptrs, batch, s.o);
+  });
+  json result = bytes_result(ctx, "kernel attention decode", fmt::format("B={}, past {}", B, past), median(samples),
+                             bytes, samples);
+  result["batch"] = B;
+  result["past_tokens"] = past;
+  ctx.out["kernels"]["attention_decode"].push_back(result);
+}
+
+// Causal attention over one sequence of T new tokens, one layer.
+void bench_attention_prefill(Context& ctx, int64_t T) {
+  const ModelConfig& c = ctx.config;
+  Backend& be = ctx.be;
+  const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
+  Tensor q = random_tensor(be, DType::kF32, {T, nq, d}, 401);   // [T, nq, d]
+  Tensor k = random_tensor(be, DType::kF32, {T, nkv, d}, 402);  // [T, nkv, d]
+  Tensor v = random_tensor(be, DType::kF32, {T, nkv, d}, 403);  // [T, nkv, d]
+  Tensor o = be.empty(DType::kF32, {T, nq, d});                 // [T, nq, d]
+  KvCache cache{be.empty(be.kv_dtype(), {T, nkv, d}), be.empty(be.kv_dtype(), {T, nkv, d})};
+  const std::vector<KvCache*> caches = {&cache};
+  const BatchRows batch = {{0, T, 0}};
+  const std::vector<double> samples =
+      time_calls(be, ctx.args.kernel_repeats, 1, [&](int64_t) { be.attention(q, k, v, caches, batch, o); });
+  // QKᵀ and PV over the T(T+1)/2 causal query-key pairs of every query head.
+  const double flops = 2.0 * static_cast<double>(nq * d) * static_cast<double>(T) * static_cast<double>(T + 1);
+  ctx.out["kernels"]["attention_prefill"] =
+      flops_result(ctx, "kernel attention prefill", fmt::format("T={}", T), median(samples), flops, samples);
+}
+
+// The routed experts of one MoE layer over T tokens (gate, up and down products of top_k experts per token).
+void bench_moe_experts(Context& ctx, const MoeWeights& w, int64_t T) {
+  const ModelConfig& c = ctx.config;
+  Backend& be = ctx.be;
+  const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+  Tensor x = random_tensor(be, DType::kF32, {T, H}, 501);       // [T, H]
+  Tensor logits = random_tensor(be, DType::kF32, {T, E}, 502);  // [T, E] router logits
+  Tensor expert_ids = be.empty(DType::kI32, {T, k});            // [T, top_k]
+  Tensor expert_weights = be.empty(DType::kF32, {T, k});        // [T, top_k]
+  be.moe_route(logits, k, c.norm_topk_prob, expert_ids, expert_weights);
+  Tensor y = be.empty(DType::kF32, {T, H});  // [T, H]
+  const std::vector<double> samples = time_calls(
+      be, ctx.args.kernel_repeats, 1, [&](int64_t) { be.moe_experts(x, expert_ids, expert_weights, w.experts, y); });
+  const double flops = 2.0 * static_cast<double>(T * k) * 3.0 * static_cast<double>(c.moe_intermediate_size * H);
+  ctx.out["kernels"]["moe_experts_prefill"] = flops_result(
+      ctx, "kernel moe experts", fmt::format("T={}, top {} of {}", T, k, E), median(samples), flops, samples);
+}
+
+// One dense projection of a prefill: x [T, K] times w [N, K]ᵀ.
+void bench_linear(Context& ctx, const Tensor& w, const std::string& name, int64_t T) {
+  Backend& be = ctx.be;
+  const int64_t N = w.dim(0), K = w.dim(1);
+  Tensor x = random_tensor(be, DType::kF32, {T, K}, 601);  // [T, K]
+  Tensor y = be.empty(DType::kF32, {T, N});                // [T, N]
+  const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, 1, [&](int64_t) { be.linear(x, w, y); });
+  const double flops = 2.0 * static_cast<double>(T) * static_cast<double>(N) * static_cast<double>(K);
+  ctx.out["kernels"]["linear_prefill"] = flops_result(
+      ctx, "kernel linear " + name, fmt::format("[{}, {}] x [{}, {}]T", T, K, N, K), median(samples), flops, samples);
+}
+
+void bench_kernels(Context& ctx, const ModelWeights& weights, int64_t max_prefill) {
+  const ModelConfig& c = ctx.config;
+  const std::vector<int64_t> batches = parse_sizes(ctx.args.kernel_batches, "--kernel-batches");
+  const bool has_gdn = c.num_layers_of(LayerKind::kGatedDeltaNet) > 0;
+  const bool has_attention = c.num_layers_of(LayerKind::kFullAttention) > 0;
+  if (has_gdn) {
+    const GdnWeights& gdn = first_of_kind(weights.layers, LayerKind::kGatedDeltaNet, &LayerWeights::gdn);
+    for (int64_t B : batches) bench_gdn_decode(ctx, gdn, B);
+    bench_gdn_prefill(ctx, gdn, max_prefill);
+  }
+  if (has_attention) {
+    for (int64_t B : batches) bench_attention_decode(ctx, B, max_prefill);
+    bench_attention_prefill(ctx, max_prefill);
+  }
+  for (const LayerWeights& l : weights.layers) {
+    if (l.mlp_kind != MlpKind::kMoe) continue;
+    bench_moe_experts(ctx, l.moe, std::min<int64_t>(4096, max_prefill));
+    break;
+  }
+  if (has_attention)
+    bench_linear(ctx, first_of_kind(weights.layers, LayerKind::kFullAttention, &LayerWeights::attn).q_proj, "q_proj",
+                 max_prefill);
+  else if (has_gdn)
+    bench_linear(ctx, first_of_kind(weights.layers, LayerKind::kGatedDeltaNet, &LayerWeights::gdn).in_proj_qkv,
+                 "in_proj_qkv", max_prefill);
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+std::string device_name(const BenchArgs& a, Backend& be) {
+  if (!a.device_name.empty()) return a.device_name;
+#ifdef PLUMB_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&be)) return cuda->properties().name;
+#endif
+  return be.device() == Device::kCpu ? "cpu" : a.device;
+}
+
+json config_json(const ModelConfig& c) {
+  return {{"model_type", c.model_type},
+          {"layers", c.num_layers},
+          {"gdn_layers", c.num_layers_of(LayerKind::kGatedDeltaNet)},
+          {"attention_layers", c.num_layers_of(LayerKind::kFullAttention)},
+          {"hidden", c.hidden_size},
+          {"vocab", c.vocab_size},
+          {"gdn_heads",
+           {{"nk", c.linear_num_key_heads},
+            {"nv", c.linear_num_value_heads},
+            {"dk", c.linear_key_head_dim},
+            {"dv", c.linear_value_head_dim}}},
+          {"attention_heads", {{"nq", c.num_attention_heads}, {"nkv", c.num_key_value_heads}, {"d", c.head_dim}}},
+          {"experts", c.num_experts},
+          {"top_k", c.num_experts_per_tok},
+          {"moe_intermediate", c.moe_intermediate_size},
+          {"shared_expert_intermediate", c.shared_expert_intermediate_size}};
+}
+
+void run_bench(const BenchArgs& a) {
+  PLUMB_CHECK(a.synthetic, "bench needs --synthetic (it runs on generated weights; model folders are not supported)");
+  PLUMB_CHECK(a.context >= 1, "--context must be at least 1, got {}", a.context);
+  PLUMB_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be at least 1 and --warmup at least 0");
+  PLUMB_CHECK(a.prefill_repeats >= 1 && a.kernel_repeats >= 1, "--prefill-repeats and --kernel-repeats must be >= 1");
+  PLUMB_CHECK(a.tensor_rate_tflops >= 0, "--tensor-rate-tflops must not be negative");
+  const std::vector<int64_t> batches = parse_sizes(a.batches, "--batches");
+  const std::vector<int64_t> prefills = parse_sizes(a.prefill, "--prefill");
+  parse_sizes(a.kernel_batches, "--kernel-batches");  // fail on a bad list before the long setup
+  const SyntheticConfig synthetic = synthetic_config(a.model);
+  const ModelConfig& c = synthetic.config;
+
+  const auto backend = make_backend(a.device);
+  Backend& be = *backend;
+  Context ctx(a, be, c);
+  if (a.tensor_rate_tflops > 0) ctx.tensor_rate = a.tensor_rate_tflops * 1e12;
+  json& out = ctx.out;
+  out["benchmark"] = "plumb bench";
+  out["model"] = a.model;
+  out["description"] = synthetic.description;
+  out["reduced"] = !synthetic.reduction.empty();
+  out["reduction"] = synthetic.reduction;
+  out["config"] = config_json(c);
+  out["device"] = a.device;
+  out["device_name"] = device_name(a, be);
+  out["date"] = utc_now();
+  out["commit"] = a.commit.empty() ? json(nullptr) : json(a.commit);
+  out["options"] = {{"batches", batches},
+                    {"prefill", prefills},
+                    {"context", a.context},
+                    {"steps", a.steps},
+                    {"warmup", a.warmup},
+                    {"prefill_repeats", a.prefill_repeats},
+                    {"kernel_repeats", a.kernel_repeats},
+                    {"seed", a.seed},
+                    {"tensor_rate_tflops", ctx.tensor_rate ? json(a.tensor_rate_tflops) : json(nullptr)}};
+  out["formulas"] = {
+      {"floor",
+       "bytes / copy bandwidth (memory-bound) or FLOPs / tensor rate (compute-bound); fraction = floor / time"},
+      {"copy_bandwidth", "(bytes read + bytes written) of one device-to-device copy / its median time"},
+      {"decode_bytes",
+       "dense weights (all layer weights but routed experts, final norm, lm_head) + MoE layers * experts touched * "
+       "bytes per expert + B embedding rows + recurrent 2*4*nv*dk*dv*GDN*B + conv 2*4*C*(K-1)*GDN*B + KV "
+       "positions*2*nkv*d*kv_bytes*attention*B, positions = mean KV positions read per timed step"},
+      {"experts_touched", "E * (1 - (1 - top_k/E)^B), the expected distinct experts of B uniform top-k draws"},
+      {"prefill_flops",
+       "2*T*(layer matrix params excluding routed experts + MoE layers*top_k*3*I*H) + 2*lm_head params + "
+       "attention 2*nq*d*T*(T+1) per layer; GDN core excluded"},
+      {"timing", "wall clock between backend.synchronize() calls, median; includes host launch overhead"}};
+
+  fmt::print("model      {} ({})\n", a.model, synthetic.description);
+  if (!synthetic.reduction.empty()) fmt::print("REDUCED    {}\n", synthetic.reduction);
+  fmt::print("device     {} ({})\n", out["device_name"].get<std::string>(), a.device);
+
+  measure_copy(ctx);
+  const auto build_start = Clock::now();
+  ModelWeights weights = synthetic_weights(c, be, a.seed);
+  be.synchronize();
+  const WeightCounts counts = count_weights(c, weights);
+  const double build_s = seconds_since(build_start);
+  fmt::print("weights    {} allocated and filled on the device in {}\n", human_bytes(counts.total_bytes),
+             human_time(build_s));
+  out["weights"] = {{"total_bytes", counts.total_bytes},
+                    {"dense_bytes", counts.dense_bytes},
+                    {"bytes_per_expert", counts.expert_bytes},
+                    {"moe_layers", counts.moe_layers},
+                    {"build_s", build_s}};
+  const Qwen3NextModel model(c, weights, be);
+
+  out["decode"] = json::array();
+  for (int64_t B : batches) bench_decode(ctx, model, counts, B);
+  out["prefill"] = json::array();
+  for (int64_t T : prefills) bench_prefill(ctx, model, counts, T);
+  out["kernels"] = json::object();
+  if (!a.skip_kernels) bench_kernels(ctx, model.weights(), *std::max_element(prefills.begin(), prefills.end()));
+
+  fmt::print("\n");
+  print_table(ctx.rows);
+  fmt::print("\nfloor: bytes / copy bandwidth measured above ({}){}; of floor = floor / time.\n",
+             bandwidth(ctx.copy_bandwidth),
+             ctx.tensor_rate ? fmt::format(", or FLOPs / {} TFLOP/s", a.tensor_rate_tflops) : std::string());
+  fmt::print(
+      "decode bytes: every weight but the routed experts, E*(1-(1-k/E)^B) experts per MoE layer, recurrent and "
+      "conv state read + written, KV read.\n");
+  fmt::print("times: medians of wall clock between synchronizations, host launch overhead included (no graphs).\n");
+  if (!a.json_path.empty()) {
+    std::ofstream f(a.json_path);
+    PLUMB_CHECK(f.good(), "cannot write {}", a.json_path);
+    f << out.dump(2) << "\n";
+    fmt::print("wrote {}\n", a.json_path);
+  }
+}
+
+}  // namespace
+
+void register_bench_commands(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* bench = app.add_subcommand("bench", "Time decode, prefill and kernels on a synthetic model");
+  bench->add_flag("--synthetic", args->synthetic, "use random weights of the named model's shapes");
+  std::string names;
+  for (const std::string& n : synthetic_config_names()) names += (names.empty() ? "" : ", ") + n;
+  bench->add_option("--model", args->model, "synthetic model: " + names)->required();
+  bench->add_option("--device", args->device, "cpu or cuda");
+  bench->add_option("--batches", args->batches, "decode batch sizes, comma-separated");
+  bench->add_option("--prefill", args->prefill, "prefill lengths, comma-separated; the longest also sizes the kernels");
+  bench->add_option("--context", args->context, "tokens each sequence holds before the timed decode steps");
+  bench->add_option("--steps", args->steps, "timed decode steps per batch size");
+  bench->add_option("--warmup", args->warmup, "untimed decode steps before them");
+  bench->add_option("--prefill-repeats", args->prefill_repeats, "timed runs per prefill length");
+  bench->add_option("--kernel-batches", args->kernel_batches, "batch sizes of the decode kernels");
+  bench->add_option("--kernel-repeats", args->kernel_repeats, "timed samples per kernel");
+  bench->add_flag("--skip-kernels", args->skip_kernels, "time only the whole model");
+  bench->add_option("--copy-mib", args->copy_mib, "copy-bandwidth buffer in MiB (default 2048; 64 on the cpu)");
+  bench->add_option("--tensor-rate-tflops", args->tensor_rate_tflops, "tensor-core rate for compute floors");
+  bench->add_option("--seed", args->seed, "seed of the synthetic weights and token ids");
+  bench->add_option("--json", args->json_path, "write every number to this JSON file");
+  bench->add_option("--device-name", args->device_name, "the device's name for the report");
+  bench->add_option("--commit", args->commit, "the git commit measured, for the report");
+  bench->callback([args] { run_bench(*args); });
+}
+
+}  // namespace plumb::cli

@@ -1,0 +1,32 @@
+// Synthetic models for benchmarks: the real shapes of a named model with random weights generated on the device, so a
+// speed measurement needs no checkpoint and no host copy of the weights (a 35B model is 70 GB).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+
+namespace plumb {
+
+// A named synthetic configuration: the model's own dimensions, built through the same config.json parser (and its
+// validation) that the loader uses.
+struct SyntheticConfig {
+  ModelConfig config;
+  std::string description;  // what it is, in one line
+  std::string reduction;    // how it departs from the real model ("" when it does not)
+};
+
+// "qwen3.5-35b-a3b", "qwen3-next-80b-a3b-reduced" or "tiny" (a few small layers for CPU smoke tests).
+SyntheticConfig synthetic_config(const std::string& name);
+std::vector<std::string> synthetic_config_names();
+
+// Every weight of `config` allocated with backend.empty() and filled on the device with backend.random_uniform: BF16
+// projections uniform in ±1/sqrt(fan_in); F32 norms, conv kernels, A_log and dt_bias. Each tensor draws from its own
+// seed derived from `seed`, so the same seed gives the same model on every backend.
+ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed);
+
+}  // namespace plumb

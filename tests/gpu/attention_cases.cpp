@@ -1,0 +1,228 @@
+// Harness cases of the attention family: rotary_embedding (per row) and causal grouped-query attention (per
+// sequence, with a BF16 cache on the GPU and an F32 one on the CPU). Bounds per docs/kernel-contract.md §Attention.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/parallel.h"
+#include "op_harness.h"
+
+namespace plumb::harness {
+namespace {
+
+constexpr int64_t kRowCounts[] = {1, 63, 64, 65, 1000};
+
+void rotary_case(Context& c) {
+  const int64_t heads = 3;
+  for (int64_t d : {int64_t{16}, int64_t{24}, int64_t{128}, int64_t{256}}) {
+    for (int64_t rotary_dim : {d, d / 4 / 2 * 2}) {
+      for (double theta : {1e4, 1e7}) {
+        for (int64_t T : kRowCounts) {
+          const Tensor x = normal(c.rng, {T, heads, d});
+          std::vector<int64_t> positions(static_cast<size_t>(T));
+          std::uniform_int_distribution<int64_t> pos(0, 5000);
+          for (int64_t& p : positions) p = pos(c.rng);
+          positions[0] = 0;
+          // A rotated pair (a, b) errs by (|a| + |b|)·|Δangle| plus a few roundings; the angle pos·θ^(-2i/r) by a few
+          // ulps of itself (the frequency's pow or exp2 and the product) plus sin/cos's own error. Dims past
+          // rotary_dim are untouched: exact.
+          const int64_t half = rotary_dim / 2;
+          std::vector<double> bound(static_cast<size_t>(T * heads * d), 0.0);
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < heads; ++h)
+              for (int64_t i = 0; i < rotary_dim; ++i) {
+                const int64_t f = i % half;
+                const double angle = static_cast<double>(positions[t]) *
+                                     std::pow(theta, -2.0 * static_cast<double>(f) / static_cast<double>(rotary_dim));
+                const float* v = x.f32() + (t * heads + h) * d;
+                const double ab = std::fabs(v[f]) + std::fabs(v[f + half]);
+                bound[(t * heads + h) * d + i] = ab * (16 * kF32Unit * (angle + 1.0) + 2 * kTranscendental);
+              }
+          auto run = [&](Backend& be, int64_t begin, int64_t end) {
+            Tensor y = fresh(be, x.rows(begin, end));
+            be.rotary_embedding(y, std::vector<int64_t>(positions.begin() + begin, positions.begin() + end), rotary_dim,
+                                theta);
+            return fetch_f32(be, y);
+          };
+          judge_per_row(c,
+                        "rotary_embedding d=" + std::to_string(d) + " rotary=" + std::to_string(rotary_dim) +
+                            " theta=" + std::to_string(static_cast<int64_t>(theta)) + " T=" + std::to_string(T),
+                        T, bound, run);
+        }
+      }
+    }
+  }
+}
+
+struct AttentionShape {
+  int64_t nq, nkv, d;
+};
+
+// Positions of slack past each sequence's end: a kernel reading one key too far reads a real (random) key.
+constexpr int64_t kCacheSlack = 8;
+
+// The op: caches are states (k then v per sequence), held as F32 on the host with values BF16 represents exactly,
+// so both backends start from identical caches; the GPU's are uploaded as BF16.
+SequenceOutputs run_attention(Backend& be, const SeqInputs& in) {
+  const Tensor& q = in.rows[0];  // [T, nq, d]
+  std::vector<Tensor> tensors;
+  for (const Tensor& s : in.states) tensors.push_back(fresh(be, to_dtype(s, be.kv_dtype())));  // [capacity, nkv, d]
+  std::vector<KvCache> caches;
+  for (size_t i = 0; i < tensors.size(); i += 2) caches.push_back({tensors[i], tensors[i + 1]});
+  std::vector<KvCache*> cache_ptrs;
+  for (KvCache& kv : caches) cache_ptrs.push_back(&kv);
+  Tensor o = poisoned(be, DType::kF32, q.shape());
+  be.attention(be.upload(q), be.upload(in.rows[1]), be.upload(in.rows[2]), cache_ptrs, in.batch, o);
+  SequenceOutputs out{fetch_f32(be, o), {}};
+  for (const KvCache& kv : caches) {
+    out.states.push_back(fetch_f32(be, kv.k));
+    out.states.push_back(fetch_f32(be, kv.v));
+  }
+  return out;
+}
+
+// Inputs ~ N(0, 1) (q and k come out of RMS norms; v of a projection); cache entries likewise, rounded to BF16.
+SeqInputs attention_inputs(std::mt19937_64& rng, const AttentionShape& s, const BatchRows& batch) {
+  const int64_t T = batch_tokens(batch);
+  SeqInputs in{
+      {normal(rng, {T, s.nq, s.d}), normal(rng, {T, s.nkv, s.d}), normal(rng, {T, s.nkv, s.d})}, {}, {}, batch, 2};
+  for (const SequenceRows& seq : batch)
+    for (int kv = 0; kv < 2; ++kv)
+      in.states.push_back(bf16_exact(normal(rng, {seq.past + seq.count + kCacheSlack, s.nkv, s.d})));
+  return in;
+}
+
+// The bound of docs/kernel-contract.md §Attention for each output element, from the reference softmax in double:
+// scores err by σ_j = scale·(2·r_bf16 + (d + 8)·2^-23)·Σ_c |q_c k_jc| (q and k rounded to BF16, F32 dot); to first
+// order that moves o_c by Σ_j p_j σ_j |v_jc − o_c| (×1.1 for second order), and the BF16 V and P operands, the
+// exponentials and the F32 sums over n keys add (2·r_bf16 + 4·r_exp + 2(n + 64)·2^-24)·Σ_j p_j |v_jc|.
+std::vector<double> attention_bound(const SeqInputs& in, const AttentionShape& s) {
+  const int64_t T = batch_tokens(in.batch), d = s.d, nq = s.nq, nkv = s.nkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> bound(static_cast<size_t>(T * nq * d));
+  for (size_t si = 0; si < in.batch.size(); ++si) {
+    const SequenceRows seq = in.batch[si];
+    // Keys and values by position: the cache below past, this call's inputs from past on.
+    auto key = [&](int64_t pos, int64_t g, int kv) -> const float* {
+      if (pos < seq.past) return in.states[2 * si + kv].f32() + (pos * nkv + g) * d;
+      return in.rows[1 + kv].f32() + ((seq.begin + pos - seq.past) * nkv + g) * d;
+    };
+    parallel_for(seq.count * nq, 4, [&](int64_t lo, int64_t hi) {
+      std::vector<double> score, sigma, o(d);
+      for (int64_t idx = lo; idx < hi; ++idx) {
+        const int64_t t = idx / nq, h = idx % nq, g = h / (nq / nkv), n = seq.past + t + 1;
+        const float* qv = in.rows[0].f32() + ((seq.begin + t) * nq + h) * d;
+        score.assign(n, 0.0);
+        sigma.assign(n, 0.0);
+        double max_score = -INFINITY, total = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const float* kj = key(j, g, 0);
+          double dot = 0, abs_dot = 0;
+          for (int64_t c = 0; c < d; ++c)
+            dot += qv[c] * static_cast<double>(kj[c]), abs_dot += std::fabs(qv[c] * kj[c]);
+          score[j] = dot * scale;
+          sigma[j] = scale * (2 * kBf16Operand + static_cast<double>(d + 8) * 2 * kF32Unit) * abs_dot;
+          max_score = std::max(max_score, score[j]);
+        }
+        for (int64_t j = 0; j < n; ++j) total += score[j] = std::exp(score[j] - max_score);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t c = 0; c < d; ++c) o[c] += score[j] / total * key(j, g, 1)[c];
+        const double rel = 2 * kBf16Operand + 4 * kTranscendental + 2.0 * static_cast<double>(n + 64) * kF32Unit;
+        for (int64_t c = 0; c < d; ++c) {
+          double shift = 0, mass = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const double p = score[j] / total, vc = key(j, g, 1)[c];
+            shift += p * sigma[j] * std::fabs(vc - o[c]);
+            mass += p * std::fabs(vc);
+          }
+          bound[((seq.begin + t) * nq + h) * d + c] = 1.1 * shift + rel * mass;
+        }
+      }
+    });
+  }
+  return bound;
+}
+
+std::string attention_label(const AttentionShape& s, const BatchRows& batch) {
+  return "attention nq=" + std::to_string(s.nq) + " nkv=" + std::to_string(s.nkv) + " d=" + std::to_string(s.d) + " " +
+         batch_label(batch);
+}
+
+// After the call, a GPU cache holds the sequence's new keys and values rounded to BF16 at [past, past + count) and
+// is unchanged elsewhere (including the slack past its end).
+void check_caches(Verdict& v, const std::string& what, const SeqInputs& in, const SequenceOutputs& got) {
+  for (size_t si = 0; si < in.batch.size(); ++si) {
+    const SequenceRows seq = in.batch[si];
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor expected = clone(in.states[2 * si + kv]);
+      const Tensor fresh_rows = bf16_exact(in.rows[1 + kv].rows(seq.begin, seq.begin + seq.count));
+      std::memcpy(expected.rows(seq.past, seq.past + seq.count).data(), fresh_rows.data(), fresh_rows.nbytes());
+      v.same_bits(what + " sequence " + std::to_string(si) + (kv ? " v" : " k") + " cache", got.states[2 * si + kv],
+                  expected);
+    }
+  }
+}
+
+void attention_run(Context& c, const AttentionShape& s, const BatchRows& batch) {
+  const SeqInputs in = attention_inputs(c.rng, s, batch);
+  const std::string what = attention_label(s, batch);
+  const SequenceOutputs got = judge_sequences(c, what, in, run_attention, attention_bound(in, s), {});
+  check_caches(c.verdict, what, in, got);
+}
+
+// A 192-token prompt prefilled as 64 + 128 tokens (the cache carried between the calls) must equal one 192-token
+// call bit for bit.
+void attention_split(Context& c, const AttentionShape& s) {
+  const SeqInputs whole = attention_inputs(c.rng, s, {{0, 192, 0}});
+  const SequenceOutputs one = run_attention(c.gpu, whole);
+  SeqInputs first = whole, second = whole;
+  first.batch = {{0, 64, 0}};
+  second.batch = {{0, 128, 64}};
+  for (size_t r = 0; r < whole.rows.size(); ++r) {
+    first.rows[r] = whole.rows[r].rows(0, 64);
+    second.rows[r] = whole.rows[r].rows(64, 192);
+  }
+  const SequenceOutputs a = run_attention(c.gpu, first);
+  second.states = a.states;
+  const SequenceOutputs b = run_attention(c.gpu, second);
+  const std::string what = attention_label(s, whole.batch) + " 64 + 128 vs 192";
+  c.verdict.same_bits(what + " rows [0, 64)", a.rows, clone(one.rows.rows(0, 64)));
+  c.verdict.same_bits(what + " rows [64, 192)", b.rows, clone(one.rows.rows(64, 192)));
+  c.verdict.same_bits(what + " k cache", b.states[0], one.states[0]);
+  c.verdict.same_bits(what + " v cache", b.states[1], one.states[1]);
+}
+
+void attention_small_case(Context& c) {
+  for (int64_t d : {int64_t{16}, int64_t{24}})
+    for (const BatchRows& batch : standard_batches(c.rng)) attention_run(c, {6, 2, d}, batch);
+}
+
+void attention_large_case(Context& c) {
+  for (int64_t d : {int64_t{128}, int64_t{256}}) {
+    const AttentionShape s{8, 2, d};
+    attention_run(c, s, {{0, 1, 700}});
+    attention_run(c, s, {{0, 1000, 37}});
+    attention_run(c, s, {{0, 1, 5}, {1, 65, 64}, {66, 130, 0}});
+    attention_run(c, s, ragged_batch(c.rng, 64, 20, 300));
+    attention_split(c, s);
+  }
+}
+
+// Sized for a race to show: long prefill, long pasts, many heads.
+void attention_race_case(Context& c) {
+  const AttentionShape s{16, 2, 256};
+  attention_run(c, s, {{0, 1000, 0}, {1000, 1, 1200}, {1001, 300, 64}});
+}
+
+const CaseRegistrar reg_rotary("rotary_embedding", rotary_case);
+const CaseRegistrar reg_attn_small("attention_small", attention_small_case);
+const CaseRegistrar reg_attn_large("attention_large", attention_large_case);
+const CaseRegistrar reg_attn_race("attention_race", attention_race_case);
+
+const ControlRegistrar ctl_rotary(cuda::KernelFault::kRotaryWrongPairing, "rotary_embedding");
+const ControlRegistrar ctl_causal(cuda::KernelFault::kAttentionCausalOffByOne, "attention_small");
+const ControlRegistrar ctl_barrier(cuda::KernelFault::kAttentionMissingBarrier, "attention_race", 4);
+
+}  // namespace
+}  // namespace plumb::harness

@@ -1,0 +1,201 @@
+// Harness cases of the dense family: embedding, the norms, slice_columns, the elementwise ops and random_uniform.
+// Every case runs T = 1, 63, 64, 65 and 1000 rows; bounds per docs/kernel-contract.md §Dense.
+#include <cmath>
+
+#include "op_harness.h"
+
+namespace plumb::harness {
+namespace {
+
+constexpr int64_t kRowCounts[] = {1, 63, 64, 65, 1000};
+
+std::string label(const char* op, int64_t T, int64_t D) {
+  return std::string(op) + " T=" + std::to_string(T) + " D=" + std::to_string(D);
+}
+
+double silu(double z) {
+  return z / (1.0 + std::exp(-z));
+}
+double sigmoid(double z) {
+  return 1.0 / (1.0 + std::exp(-z));
+}
+
+// Elementwise ops with one transcendental: a few roundings plus the transcendental, relative to the result.
+constexpr double kElementwiseRel = 4 * kF32Unit + 2 * kTranscendental;
+
+// The norms' relative bound: the sum of squares over D terms (D·u on the GPU, D/8·u on the CPU) enters through a
+// square root (halving it), then rsqrt and up to four products; taken as (D + 16)·u plus the transcendental twice.
+double norm_rel(int64_t D) {
+  return static_cast<double>(D + 16) * kF32Unit + 2 * kTranscendental;
+}
+
+// 1 / sqrt(mean(x²) + eps) of row r, in double.
+double inv_rms(const float* x, int64_t D, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return 1.0 / std::sqrt(ss / static_cast<double>(D) + eps);
+}
+
+void embedding_case(Context& c, DType dtype) {
+  const int64_t V = 1003, H = 77;
+  // One guard row past the table, so a kernel reading row id + 1 reads memory that exists instead of faulting.
+  const Tensor stored = to_dtype(normal(c.rng, {V + 1, H}), dtype);
+  for (int64_t T : kRowCounts) {
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(V - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (int32_t& i : ids) i = id(c.rng);
+    ids.back() = static_cast<int32_t>(V - 1);  // the last row of the table
+    ids.front() = 0;
+    auto run = [&](Backend& be, int64_t begin, int64_t end) {
+      const Tensor table = be.upload(stored).rows(0, V);
+      Tensor out = poisoned(be, DType::kF32, {end - begin, H});
+      be.embedding(table, std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), out);
+      return fetch_f32(be, out);
+    };
+    // A copy: exact, whatever the table's dtype.
+    judge_per_row(c, label("embedding", T, H) + " " + std::string(dtype_name(dtype)), T,
+                  std::vector<double>(static_cast<size_t>(T * H), 0.0), run);
+  }
+}
+
+void rms_norm_case(Context& c, NormWeight kind) {
+  for (int64_t D : {int64_t{77}, int64_t{256}, int64_t{2048}}) {
+    const Tensor w = kind == NormWeight::kZeroCentred ? normal(c.rng, {D}, 0.3f) : uniform(c.rng, {D}, 0.5f, 1.5f);
+    const double offset = kind == NormWeight::kZeroCentred ? 1.0 : 0.0;
+    for (int64_t T : kRowCounts) {
+      const Tensor x = normal(c.rng, {T, D});
+      std::vector<double> bound(static_cast<size_t>(T * D));
+      for (int64_t r = 0; r < T; ++r) {
+        const double inv = inv_rms(x.f32() + r * D, D, 1e-6f);
+        for (int64_t i = 0; i < D; ++i)
+          bound[r * D + i] = norm_rel(D) * std::fabs(x.f32()[r * D + i] * inv * (offset + w.f32()[i]));
+      }
+      auto run = [&](Backend& be, int64_t begin, int64_t end) {
+        Tensor y = poisoned(be, DType::kF32, {end - begin, D});
+        be.rms_norm(be.upload(x.rows(begin, end)), be.upload(w), 1e-6f, kind, y);
+        return fetch_f32(be, y);
+      };
+      judge_per_row(c, label(kind == NormWeight::kZeroCentred ? "rms_norm zero-centred" : "rms_norm plain", T, D), T,
+                    bound, run);
+    }
+  }
+}
+
+void gated_rms_norm_case(Context& c) {
+  for (int64_t D : {int64_t{24}, int64_t{128}}) {
+    const Tensor w = uniform(c.rng, {D}, 0.5f, 1.5f);
+    for (int64_t T : kRowCounts) {
+      const int64_t R = T * 3;  // rows are (token, value head) pairs
+      const Tensor x = normal(c.rng, {R, D}), z = normal(c.rng, {R, D});
+      std::vector<double> bound(static_cast<size_t>(R * D));
+      for (int64_t r = 0; r < R; ++r) {
+        const double inv = inv_rms(x.f32() + r * D, D, 1e-6f);
+        for (int64_t i = 0; i < D; ++i)
+          bound[r * D + i] = (norm_rel(D) + kElementwiseRel) *
+                             std::fabs(x.f32()[r * D + i] * inv * w.f32()[i] * silu(z.f32()[r * D + i]));
+      }
+      auto run = [&](Backend& be, int64_t begin, int64_t end) {
+        Tensor y = poisoned(be, DType::kF32, {end - begin, D});
+        be.gated_rms_norm(be.upload(x.rows(begin, end)), be.upload(z.rows(begin, end)), be.upload(w), 1e-6f, y);
+        return fetch_f32(be, y);
+      };
+      judge_per_row(c, label("gated_rms_norm", R, D), R, bound, run);
+    }
+  }
+}
+
+void slice_columns_case(Context& c) {
+  const int64_t C = 77;
+  for (int64_t T : kRowCounts) {
+    const Tensor src = normal(c.rng, {T, C});
+    for (auto [begin_col, end_col] : {std::pair<int64_t, int64_t>{0, 1}, {5, 45}, {40, 77}}) {
+      auto run = [&](Backend& be, int64_t begin, int64_t end) {
+        Tensor dst = poisoned(be, DType::kF32, {end - begin, end_col - begin_col});
+        be.slice_columns(be.upload(src.rows(begin, end)), begin_col, end_col, dst);
+        return fetch_f32(be, dst);
+      };
+      judge_per_row(
+          c, label("slice_columns", T, C) + " [" + std::to_string(begin_col) + ", " + std::to_string(end_col) + ")", T,
+          std::vector<double>(static_cast<size_t>(T * (end_col - begin_col)), 0.0), run);
+    }
+  }
+}
+
+// mul_sigmoid, mul_sigmoid_rows, silu_mul and add on the same inputs.
+void elementwise_case(Context& c) {
+  const int64_t D = 77;
+  for (int64_t T : kRowCounts) {
+    const Tensor x = normal(c.rng, {T, D}), g = normal(c.rng, {T, D}, 2.0f), row_gate = normal(c.rng, {T, 1}, 2.0f);
+    std::vector<double> b_mul(T * D), b_rows(T * D), b_silu(T * D);
+    for (int64_t i = 0; i < T * D; ++i) {
+      b_mul[i] = kElementwiseRel * std::fabs(x.f32()[i] * sigmoid(g.f32()[i]));
+      b_rows[i] = kElementwiseRel * std::fabs(x.f32()[i] * sigmoid(row_gate.f32()[i / D]));
+      b_silu[i] = kElementwiseRel * std::fabs(silu(g.f32()[i]) * x.f32()[i]);
+    }
+    judge_per_row(c, label("mul_sigmoid", T, D), T, b_mul, [&](Backend& be, int64_t begin, int64_t end) {
+      Tensor y = fresh(be, x.rows(begin, end));
+      be.mul_sigmoid(y, be.upload(g.rows(begin, end)));
+      return fetch_f32(be, y);
+    });
+    judge_per_row(c, label("mul_sigmoid_rows", T, D), T, b_rows, [&](Backend& be, int64_t begin, int64_t end) {
+      Tensor y = fresh(be, x.rows(begin, end));
+      be.mul_sigmoid_rows(y, be.upload(row_gate.rows(begin, end)));
+      return fetch_f32(be, y);
+    });
+    judge_per_row(c, label("silu_mul", T, D), T, b_silu, [&](Backend& be, int64_t begin, int64_t end) {
+      Tensor out = poisoned(be, DType::kF32, {end - begin, D});
+      be.silu_mul(be.upload(g.rows(begin, end)), be.upload(x.rows(begin, end)), out);
+      return fetch_f32(be, out);
+    });
+    // One correctly rounded F32 addition on both backends: exact agreement.
+    judge_per_row(c, label("add", T, D), T, std::vector<double>(static_cast<size_t>(T * D), 0.0),
+                  [&](Backend& be, int64_t begin, int64_t end) {
+                    Tensor y = fresh(be, x.rows(begin, end));
+                    be.add(y, be.upload(g.rows(begin, end)));
+                    return fetch_f32(be, y);
+                  });
+  }
+}
+
+// random_uniform: the same values on both backends, and the same values whatever the tensor's shape.
+void random_uniform_case(Context& c) {
+  const uint64_t seed = c.rng();
+  const float lo = -0.75f, hi = 1.25f;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t T = 1000, D = 77;
+    auto fill = [&](Backend& be, const Shape& shape) {
+      Tensor t = poisoned(be, dtype, shape);
+      be.random_uniform(t, seed, lo, hi);
+      return fetch_f32(be, t);
+    };
+    // lo + (hi − lo)·u: two roundings (or one fused) on each side; BF16 storage then rounds once more, and a one-ulp
+    // F32 difference may move that rounding by one BF16 ulp.
+    const double scale = std::fabs(lo) + std::fabs(hi - lo);
+    const double b = dtype == DType::kBF16 ? kBf16Operand * scale : 4 * kF32Unit * scale;
+    const std::string what = "random_uniform " + std::string(dtype_name(dtype));
+    const Tensor got = fill(c.gpu, {T, D});
+    c.verdict.close(what, got, fill(c.cpu, {T, D}), std::vector<double>(static_cast<size_t>(T * D), b));
+    c.verdict.same_bits(what + " flat vs [T, D]", fill(c.gpu, {T * D}).reshape({T, D}), got);
+    for (int64_t i = 0; i < T * D; ++i)
+      if (!(got.f32()[i] >= lo && got.f32()[i] <= hi)) {
+        c.verdict.fail(what + ": value " + std::to_string(got.f32()[i]) + " outside [lo, hi]");
+        break;
+      }
+  }
+}
+
+const CaseRegistrar reg_embedding_f32("embedding_f32", [](Context& c) { embedding_case(c, DType::kF32); });
+const CaseRegistrar reg_embedding_bf16("embedding_bf16", [](Context& c) { embedding_case(c, DType::kBF16); });
+const CaseRegistrar reg_rms_zc("rms_norm_zero_centred", [](Context& c) { rms_norm_case(c, NormWeight::kZeroCentred); });
+const CaseRegistrar reg_rms_plain("rms_norm_plain", [](Context& c) { rms_norm_case(c, NormWeight::kPlain); });
+const CaseRegistrar reg_gated("gated_rms_norm", gated_rms_norm_case);
+const CaseRegistrar reg_slice("slice_columns", slice_columns_case);
+const CaseRegistrar reg_elementwise("elementwise", elementwise_case);
+const CaseRegistrar reg_random("random_uniform", random_uniform_case);
+
+const ControlRegistrar ctl_embedding(cuda::KernelFault::kEmbeddingRowOffByOne, "embedding_bf16");
+const ControlRegistrar ctl_rms(cuda::KernelFault::kRmsNormSkipsWeight, "rms_norm_zero_centred");
+const ControlRegistrar ctl_gated(cuda::KernelFault::kGatedNormGateSign, "gated_rms_norm");
+
+}  // namespace
+}  // namespace plumb::harness

@@ -1,0 +1,121 @@
+// The harness's tests: every registered case must pass, every planted control must be rejected, and every fault of
+// fault.h must have a control. Test names come from the registry alone, so discovery needs no GPU.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "op_harness.h"
+
+namespace plumb::harness {
+namespace {
+
+// Prints the run's seed once, before the first test.
+class SeedEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { std::printf("[ harness  ] %s\n", seed_note().c_str()); }
+};
+const ::testing::Environment* const seed_environment = ::testing::AddGlobalTestEnvironment(new SeedEnvironment);
+
+// One CUDA backend for the process, so the memory pool is shared by every case.
+CudaBackend& gpu() {
+  static std::unique_ptr<CudaBackend> backend = [] {
+    auto b = std::make_unique<CudaBackend>();
+    b->set_poison(true);
+    return b;
+  }();
+  return *backend;
+}
+
+// Sets a fault for its lifetime, and always clears it again.
+class FaultScope {
+ public:
+  explicit FaultScope(cuda::KernelFault fault) { gpu().set_fault(fault); }
+  ~FaultScope() { gpu().set_fault(cuda::KernelFault::kNone); }
+  FaultScope(const FaultScope&) = delete;
+  FaultScope& operator=(const FaultScope&) = delete;
+};
+
+// Runs a case once on inputs drawn from `rng`, with a fresh CPU reference.
+Verdict run_case(const Case& c, std::mt19937_64& rng) {
+  CpuBackend cpu;
+  Context ctx{gpu(), cpu, rng, {}};
+  c.run(ctx);
+  gpu().synchronize();
+  return ctx.verdict;
+}
+
+bool skip_without_gpu() {
+  return !cuda_device_available();
+}
+
+class Cases : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(Cases, MatchesReference) {
+  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device here: the GPU op harness needs one";
+  const Case& c = cases()[GetParam()];
+  std::mt19937_64 rng(case_seed(c.name));
+  const Verdict v = run_case(c, rng);
+  print_margin(c.name, v);
+  EXPECT_TRUE(v.ok()) << c.name << " rejected, " << seed_note() << ":\n" << v.report();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Cases, ::testing::Range<size_t>(0, cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return cases()[info.param].name; });
+
+class Controls : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(Controls, AreRejected) {
+  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device here: the GPU op harness needs one";
+  const Control& control = controls()[GetParam()];
+  const Case* c = find_case(control.case_name);
+  ASSERT_NE(c, nullptr) << "control " << fault_name(control.fault) << " names unknown case " << control.case_name;
+  std::mt19937_64 rng(case_seed(std::string("control_") + fault_name(control.fault)));
+  int rejected = 0;
+  for (int rep = 0; rep < control.repetitions; ++rep) {
+    Verdict v;
+    try {
+      FaultScope scope(control.fault);
+      v = run_case(*c, rng);
+    } catch (const std::exception& e) {
+      FAIL() << "control " << fault_name(control.fault) << " on case " << c->name
+             << " threw instead of producing output for the check to judge: " << e.what() << "; " << seed_note();
+    }
+    if (!v.ok()) {
+      ++rejected;
+      std::printf("[ control  ] %s on %s: repetition %d rejected, first reason:\n%s", fault_name(control.fault),
+                  c->name.c_str(), rep, v.report().substr(0, v.report().find('\n') + 1).c_str());
+    } else {
+      std::printf("[ control  ] %s on %s: repetition %d PASSED the check\n", fault_name(control.fault), c->name.c_str(),
+                  rep);
+    }
+  }
+  EXPECT_GT(rejected, 0) << "PLANTED CONTROL PASSED: the harness did not reject fault " << fault_name(control.fault)
+                         << " on case " << c->name << " in " << control.repetitions << " repetition(s), so it is "
+                         << "blind to that bug. "
+                         << (control.repetitions > 1 ? "This control is a race: the race did not show at these sizes "
+                                                       "on this device; the harness needs larger or more repetitions. "
+                                                     : "")
+                         << seed_note();
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, Controls, ::testing::Range<size_t>(0, controls().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return std::string(fault_name(controls()[info.param].fault)) + "_" +
+                                  std::to_string(info.param);
+                         });
+
+// Needs no GPU: a fault without a control, or a control naming no case, is a hole in the harness.
+TEST(Registry, EveryFaultHasAControlOnARegisteredCase) {
+  for (cuda::KernelFault fault : all_faults()) {
+    bool found = false;
+    for (const Control& c : controls()) found = found || c.fault == fault;
+    EXPECT_TRUE(found) << "no planted control for fault " << fault_name(fault);
+  }
+  for (const Control& c : controls())
+    EXPECT_NE(find_case(c.case_name), nullptr) << fault_name(c.fault) << " names unknown case " << c.case_name;
+}
+
+}  // namespace
+}  // namespace plumb::harness

@@ -1,0 +1,164 @@
+// Harness cases of the matrix-product family: linear, the MoE router and the routed experts. Bounds per
+// docs/kernel-contract.md §Matrix products.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "op_harness.h"
+
+namespace plumb::harness {
+namespace {
+
+constexpr int64_t kRowCounts[] = {1, 63, 64, 65, 1000};
+
+// An [N, K] weight of `dtype` with entries ~ N(0, 1/sqrt(K)), and the F32 values it stores.
+struct Weight {
+  Tensor stored;
+  Tensor values;
+};
+Weight random_weight(std::mt19937_64& rng, const Shape& shape, DType dtype) {
+  const Tensor stored = to_dtype(normal(rng, shape, 1.0f / std::sqrt(static_cast<float>(shape.back()))), dtype);
+  return {stored, to_f32(stored)};
+}
+
+void linear_case(Context& c, DType dtype) {
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {2048, 130}}) {
+    const Weight w = random_weight(c.rng, {N, K}, dtype);
+    for (int64_t T : kRowCounts) {
+      const Tensor x = normal(c.rng, {T, K});
+      std::vector<double> bound(static_cast<size_t>(T * N));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          double abs_sum = 0;
+          for (int64_t k = 0; k < K; ++k) abs_sum += std::fabs(x.f32()[t * K + k] * w.values.f32()[n * K + k]);
+          bound[t * N + n] = dot_bound(K, abs_sum, dtype);
+        }
+      auto run = [&](Backend& be, int64_t begin, int64_t end) {
+        Tensor y = poisoned(be, DType::kF32, {end - begin, N});
+        be.linear(be.upload(x.rows(begin, end)), be.upload(w.stored), y);
+        return fetch_f32(be, y);
+      };
+      judge_per_row(c,
+                    "linear " + std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " K=" + std::to_string(K) +
+                        " N=" + std::to_string(N),
+                    T, bound, run);
+    }
+  }
+}
+
+// Router logits on a grid of 1/4: exact ties are common (so the tie rule is exercised), and distinct logits are far
+// enough apart that no rounding can reorder them, so the chosen ids must match the reference exactly.
+void moe_route_case(Context& c) {
+  for (auto [E, top_k] : {std::pair<int64_t, int64_t>{7, 3}, {64, 8}}) {
+    for (bool renormalize : {false, true}) {
+      for (int64_t T : kRowCounts) {
+        Tensor logits = normal(c.rng, {T, E}, 1.5f);
+        for (int64_t i = 0; i < T * E; ++i) logits.f32()[i] = std::round(logits.f32()[i] * 4.0f) / 4.0f;
+        auto run = [&](Backend& be, int64_t begin, int64_t end) {
+          Tensor ids = poisoned(be, DType::kI32, {end - begin, top_k});
+          Tensor weights = poisoned(be, DType::kF32, {end - begin, top_k});
+          be.moe_route(be.upload(logits.rows(begin, end)), top_k, renormalize, ids, weights);
+          return std::pair{be.download(ids), fetch_f32(be, weights)};
+        };
+        const std::string what = "moe_route E=" + std::to_string(E) + " top_k=" + std::to_string(top_k) +
+                                 (renormalize ? " renormalized" : "") + " T=" + std::to_string(T);
+        const auto [want_ids, want_w] = run(c.cpu, 0, T);
+        const auto [got_ids, got_w] = run(c.gpu, 0, T);
+        c.verdict.same_bits(what + " ids", got_ids, want_ids);
+        // softmax: E exps and an E-term sum, then a division (and the kept sum and a division when renormalized),
+        // on both backends.
+        const double rel = 8 * kTranscendental + 2.0 * static_cast<double>(E + top_k + 8) * kF32Unit;
+        std::vector<double> bound(static_cast<size_t>(T * top_k));
+        for (int64_t i = 0; i < T * top_k; ++i) bound[i] = rel * std::fabs(want_w.f32()[i]);
+        c.verdict.close(what + " weights", got_w, want_w, bound);
+        check_rows_alone(c.verdict, what + " ids", got_ids,
+                         [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end).first; });
+        check_rows_alone(c.verdict, what + " weights", got_w,
+                         [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end).second; });
+      }
+    }
+  }
+}
+
+double silu(double z) {
+  return z / (1.0 + std::exp(-z));
+}
+
+void moe_experts_case(Context& c, DType dtype) {
+  const int64_t E = 7, top_k = 3, H = 136, I = 40;
+  const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, dtype), down = random_weight(c.rng, {E, H, I}, dtype);
+  for (int64_t T : kRowCounts) {
+    const Tensor x = normal(c.rng, {T, H});
+    // Distinct experts per token, weights a softmax share (positive, summing to at most 1), best first.
+    Tensor ids = Tensor::zeros(DType::kI32, {T, top_k});
+    Tensor weights = uniform(c.rng, {T, top_k}, 0.05f, 0.5f);
+    std::vector<int32_t> order(E);
+    for (int64_t t = 0; t < T; ++t) {
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), c.rng);
+      std::sort(weights.f32() + t * top_k, weights.f32() + (t + 1) * top_k, std::greater<>());
+      for (int64_t j = 0; j < top_k; ++j) ids.data_as<int32_t>()[t * top_k + j] = order[j];
+    }
+    ids.data_as<int32_t>()[0] = static_cast<int32_t>(E - 1);  // the last expert appears
+    if (T * top_k > 1) ids.data_as<int32_t>()[1] = 0;
+
+    // Bound per (t, n): the gate and up products' errors through SiLU(g)·u, the down product's own error (the
+    // activation is its rounded operand), and the weighted sum over the token's experts.
+    const float* gu = gate_up.values.f32();
+    const float* dn = down.values.f32();
+    std::vector<double> bound(static_cast<size_t>(T * H), 0.0), act(I), act_err(I);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x.f32() + t * H;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t e = ids.data_as<int32_t>()[t * top_k + j];
+        const double omega = std::fabs(weights.f32()[t * top_k + j]);
+        for (int64_t i = 0; i < I; ++i) {
+          double g = 0, u = 0, g_abs = 0, u_abs = 0;
+          for (int64_t h = 0; h < H; ++h) {
+            const double pg = xt[h] * static_cast<double>(gu[(e * 2 * I + i) * H + h]);
+            const double pu = xt[h] * static_cast<double>(gu[(e * 2 * I + I + i) * H + h]);
+            g += pg, u += pu, g_abs += std::fabs(pg), u_abs += std::fabs(pu);
+          }
+          const double dg = dot_bound(H, g_abs, dtype), du = dot_bound(H, u_abs, dtype);
+          act[i] = silu(g) * u;
+          // |SiLU'| ≤ 1.1; the SiLU and the product add a few roundings and one exp.
+          act_err[i] = 1.1 * dg * (std::fabs(u) + du) + std::fabs(silu(g)) * du +
+                       (4 * kF32Unit + 2 * kTranscendental) * std::fabs(act[i]);
+        }
+        for (int64_t n = 0; n < H; ++n) {
+          double propagated = 0, abs_sum = 0;
+          for (int64_t i = 0; i < I; ++i) {
+            const double d = std::fabs(dn[(e * H + n) * I + i]);
+            propagated += d * act_err[i];
+            abs_sum += d * (std::fabs(act[i]) + act_err[i]);
+          }
+          // The weighted sum over top_k experts adds top_k + 2 roundings of at most Σ_j ω_j |down_j|, both sides.
+          bound[t * H + n] +=
+              omega * (propagated + dot_bound(I, abs_sum, dtype) + 2.0 * (top_k + 2) * kF32Unit * abs_sum);
+        }
+      }
+    }
+    auto run = [&](Backend& be, int64_t begin, int64_t end) {
+      const ExpertWeights experts{be.upload(gate_up.stored), be.upload(down.stored)};
+      Tensor y = poisoned(be, DType::kF32, {end - begin, H});
+      be.moe_experts(be.upload(x.rows(begin, end)), be.upload(ids.rows(begin, end)),
+                     be.upload(weights.rows(begin, end)), experts, y);
+      return fetch_f32(be, y);
+    };
+    judge_per_row(c, "moe_experts " + std::string(dtype_name(dtype)) + " T=" + std::to_string(T), T, bound, run);
+  }
+}
+
+const CaseRegistrar reg_linear_f32("linear_f32", [](Context& c) { linear_case(c, DType::kF32); });
+const CaseRegistrar reg_linear_bf16("linear_bf16", [](Context& c) { linear_case(c, DType::kBF16); });
+const CaseRegistrar reg_linear_f16("linear_f16", [](Context& c) { linear_case(c, DType::kF16); });
+const CaseRegistrar reg_route("moe_route", moe_route_case);
+const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
+const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_experts_case(c, DType::kF32); });
+
+const ControlRegistrar ctl_linear(cuda::KernelFault::kLinearDropsLastKTile, "linear_bf16");
+const ControlRegistrar ctl_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route");
+const ControlRegistrar ctl_experts(cuda::KernelFault::kExpertsDropLastExpert, "moe_experts_bf16");
+
+}  // namespace
+}  // namespace plumb::harness

@@ -1,0 +1,374 @@
+#include "op_harness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace plumb::harness {
+
+double operand_rounding(DType weight_dtype) {
+  return weight_dtype == DType::kBF16 ? kBf16Operand : 0.0;
+}
+
+double dot_bound(int64_t K, double abs_sum, DType weight_dtype) {
+  const double gpu_accumulation = static_cast<double>(K + 2) * 2.0 * kF32Unit;
+  const double cpu_accumulation = static_cast<double>(K / 8 + 4) * kF32Unit;
+  return (operand_rounding(weight_dtype) + gpu_accumulation + cpu_accumulation) * abs_sum;
+}
+
+namespace {
+
+std::string format_double(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+// "[i, j, k]" of flat index `i` in `shape`.
+std::string index_str(int64_t i, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? i % shape[d] : 0;
+    i = shape[d] ? i / shape[d] : 0;
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? ", " : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+}  // namespace
+
+void Verdict::close(const std::string& what, const Tensor& got, const Tensor& want, const std::vector<double>& bound) {
+  if (got.numel() != want.numel() || static_cast<int64_t>(bound.size()) != want.numel() || got.dtype() != DType::kF32 ||
+      want.dtype() != DType::kF32) {
+    fail(what + ": mismatched comparison (got " + shape_str(got.shape()) + ", want " + shape_str(want.shape()) + ")");
+    return;
+  }
+  const float* g = got.f32();
+  const float* w = want.f32();
+  int64_t bad = 0, first_bad = -1, worst = -1;
+  double worst_ratio = 0.0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double err = std::fabs(static_cast<double>(g[i]) - static_cast<double>(w[i]));
+    const bool finite = std::isfinite(g[i]) && std::isfinite(w[i]);
+    const double ratio = err == 0.0 ? 0.0 : err / bound[i];  // inf when bound is 0, NaN when err is
+    if (!finite || !(err <= bound[i])) {
+      if (bad++ == 0) first_bad = i;
+    }
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
+      worst = i;
+    }
+  }
+  if (!(worst_ratio <= worst_ratio_)) {
+    worst_ratio_ = worst_ratio;
+    worst_what_ = what;
+  }
+  std::printf("[ harness  ] %-48s worst err/bound %-9s", what.c_str(), format_double(worst_ratio).c_str());
+  if (worst >= 0)
+    std::printf(" at %s (got %s, want %s, bound %s)", index_str(worst, want.shape()).c_str(),
+                format_double(g[worst]).c_str(), format_double(w[worst]).c_str(), format_double(bound[worst]).c_str());
+  std::printf("\n");
+  if (bad) {
+    fail(what + ": " + std::to_string(bad) + " of " + std::to_string(want.numel()) + " elements out of bound; first " +
+         index_str(first_bad, want.shape()) + " got " + format_double(g[first_bad]) + " want " +
+         format_double(w[first_bad]) + " bound " + format_double(bound[first_bad]) + "; worst err/bound " +
+         format_double(worst_ratio) + " at " + index_str(worst, want.shape()));
+  }
+}
+
+void Verdict::same_bits(const std::string& what, const Tensor& a, const Tensor& b) {
+  if (a.nbytes() != b.nbytes() || a.dtype() != b.dtype()) {
+    fail(what + ": not bit-identical (" + std::string(dtype_name(a.dtype())) + " " + shape_str(a.shape()) + " vs " +
+         std::string(dtype_name(b.dtype())) + " " + shape_str(b.shape()) + ")");
+    return;
+  }
+  if (std::memcmp(a.data(), b.data(), a.nbytes()) == 0) return;
+  const size_t es = dtype_size(a.dtype());
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::memcmp(static_cast<const char*>(a.data()) + i * es, static_cast<const char*>(b.data()) + i * es, es)) {
+      if (bad++ == 0) first = i;
+    }
+  std::string values;
+  if (a.dtype() == DType::kF32)
+    values = " (" + format_double(a.f32()[first]) + " vs " + format_double(b.f32()[first]) + ")";
+  else if (a.dtype() == DType::kI32)
+    values =
+        " (" + std::to_string(a.data_as<int32_t>()[first]) + " vs " + std::to_string(b.data_as<int32_t>()[first]) + ")";
+  fail(what + ": not bit-identical, " + std::to_string(bad) + " of " + std::to_string(a.numel()) +
+       " elements differ; first " + index_str(first, a.shape()) + values);
+}
+
+void Verdict::fail(const std::string& message) {
+  failures_.push_back(message);
+}
+
+std::string Verdict::report() const {
+  std::string s;
+  for (const std::string& f : failures_) s += "  " + f + "\n";
+  return s;
+}
+
+// --- Registry ---
+
+std::vector<Case>& cases() {
+  static std::vector<Case> registry;
+  return registry;
+}
+
+std::vector<Control>& controls() {
+  static std::vector<Control> registry;
+  return registry;
+}
+
+const Case* find_case(const std::string& name) {
+  for (const Case& c : cases())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+CaseRegistrar::CaseRegistrar(std::string name, CaseFn run) {
+  cases().push_back({std::move(name), std::move(run)});
+}
+
+ControlRegistrar::ControlRegistrar(cuda::KernelFault fault, std::string case_name, int repetitions) {
+  controls().push_back({fault, std::move(case_name), repetitions});
+}
+
+const std::vector<cuda::KernelFault>& all_faults() {
+  using F = cuda::KernelFault;
+  static const std::vector<F> faults = {
+      F::kEmbeddingRowOffByOne,     F::kRmsNormSkipsWeight,    F::kGatedNormGateSign,  F::kRouteTiesToHigher,
+      F::kLinearDropsLastKTile,     F::kExpertsDropLastExpert, F::kConvIgnoresState,   F::kGdnGateSign,
+      F::kGdnChunkBoundaryOffByOne, F::kGdnMissingBarrier,     F::kRotaryWrongPairing, F::kAttentionCausalOffByOne,
+      F::kAttentionMissingBarrier};
+  return faults;
+}
+
+const char* fault_name(cuda::KernelFault fault) {
+  using F = cuda::KernelFault;
+  switch (fault) {
+    case F::kNone:
+      return "None";
+    case F::kEmbeddingRowOffByOne:
+      return "EmbeddingRowOffByOne";
+    case F::kRmsNormSkipsWeight:
+      return "RmsNormSkipsWeight";
+    case F::kGatedNormGateSign:
+      return "GatedNormGateSign";
+    case F::kRouteTiesToHigher:
+      return "RouteTiesToHigher";
+    case F::kLinearDropsLastKTile:
+      return "LinearDropsLastKTile";
+    case F::kExpertsDropLastExpert:
+      return "ExpertsDropLastExpert";
+    case F::kConvIgnoresState:
+      return "ConvIgnoresState";
+    case F::kGdnGateSign:
+      return "GdnGateSign";
+    case F::kGdnChunkBoundaryOffByOne:
+      return "GdnChunkBoundaryOffByOne";
+    case F::kGdnMissingBarrier:
+      return "GdnMissingBarrier";
+    case F::kRotaryWrongPairing:
+      return "RotaryWrongPairing";
+    case F::kAttentionCausalOffByOne:
+      return "AttentionCausalOffByOne";
+    case F::kAttentionMissingBarrier:
+      return "AttentionMissingBarrier";
+  }
+  return "Unknown";
+}
+
+// --- Seeds ---
+
+uint64_t run_seed() {
+  static const uint64_t seed = [] {
+    if (const char* env = std::getenv("PLUMB_HARNESS_SEED"))
+      return static_cast<uint64_t>(std::strtoull(env, nullptr, 0));
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
+  }();
+  return seed;
+}
+
+uint64_t case_seed(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, mixed with the run seed
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h ^ (run_seed() * 0x9e3779b97f4a7c15ull);
+}
+
+std::string seed_note() {
+  return "seed " + std::to_string(run_seed()) + " (replay with PLUMB_HARNESS_SEED=" + std::to_string(run_seed()) + ")";
+}
+
+// --- Tensors ---
+
+Tensor clone(const Tensor& host) {
+  Tensor c = Tensor::zeros(host.dtype(), host.shape());
+  std::memcpy(c.data(), host.data(), host.nbytes());
+  return c;
+}
+
+Tensor normal(std::mt19937_64& rng, const Shape& shape, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
+  for (float& v : values) v = dist(rng);
+  return Tensor::from_f32(values, shape);
+}
+
+Tensor uniform(std::mt19937_64& rng, const Shape& shape, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
+  for (float& v : values) v = dist(rng);
+  return Tensor::from_f32(values, shape);
+}
+
+Tensor to_dtype(const Tensor& f32, DType dtype) {
+  Tensor out = Tensor::zeros(dtype, f32.shape());
+  for (int64_t i = 0; i < f32.numel(); ++i) {
+    const float v = f32.f32()[i];
+    if (dtype == DType::kF32)
+      out.f32()[i] = v;
+    else if (dtype == DType::kBF16)
+      out.data_as<uint16_t>()[i] = f32_to_bf16(v);
+    else if (dtype == DType::kF16)
+      out.data_as<uint16_t>()[i] = f32_to_f16(v);
+    else
+      PLUMB_FAIL("harness to_dtype: {} is not a float type", dtype_name(dtype));
+  }
+  return out;
+}
+
+Tensor to_f32(const Tensor& host) {
+  if (host.dtype() == DType::kF32) return clone(host);
+  Tensor out = Tensor::zeros(DType::kF32, host.shape());
+  convert_to_f32(host.dtype(), host.data(), out.f32(), static_cast<size_t>(host.numel()));
+  return out;
+}
+
+Tensor bf16_exact(const Tensor& f32) {
+  return to_f32(to_dtype(f32, DType::kBF16));
+}
+
+Tensor poisoned(Backend& be, DType dtype, const Shape& shape) {
+  Tensor host = Tensor::zeros(dtype, shape);
+  std::memset(host.data(), 0xFF, host.nbytes());
+  return be.upload(host);
+}
+
+Tensor fresh(Backend& be, const Tensor& host) {
+  return be.upload(clone(host));
+}
+
+Tensor fetch_f32(Backend& be, const Tensor& t) {
+  return to_f32(be.download(t));
+}
+
+// --- Shared checks ---
+
+void check_rows_alone(Verdict& v, const std::string& what, const Tensor& full,
+                      const std::function<Tensor(int64_t, int64_t)>& run) {
+  const int64_t T = full.dim(0);
+  std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 1}, {T - 1, T}};
+  if (T > 2) ranges.push_back({T / 3, std::min(T, T / 3 + 5)});
+  for (const auto& [begin, end] : ranges) {
+    const Tensor alone = run(begin, end);
+    v.same_bits(what + " rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") alone vs in " +
+                    std::to_string(T) + " rows",
+                alone, clone(full.rows(begin, end)));
+  }
+  v.same_bits(what + " second run", run(0, T), full);
+}
+
+void judge_per_row(Context& c, const std::string& what, int64_t T, const std::vector<double>& bound,
+                   const std::function<Tensor(Backend&, int64_t, int64_t)>& run) {
+  const Tensor want = run(c.cpu, 0, T);
+  const Tensor got = run(c.gpu, 0, T);
+  c.verdict.close(what, got, want, bound);
+  check_rows_alone(c.verdict, what, got, [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end); });
+}
+
+void check_sequences_alone(Verdict& v, const std::string& what, const BatchRows& batch, const SequenceOutputs& full,
+                           const std::function<SequenceOutputs(size_t)>& alone,
+                           const std::function<SequenceOutputs()>& again) {
+  const size_t n = batch.size(), per = full.states.size() / n;
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 8 && i % 7 != 1 && i + 1 != n) continue;  // a spread of a large batch: decode and prefill rows, the last
+    const SequenceOutputs out = alone(i);
+    const std::string name = what + " sequence " + std::to_string(i) + " of " + std::to_string(n) + " alone";
+    v.same_bits(name + " rows", out.rows, clone(full.rows.rows(batch[i].begin, batch[i].begin + batch[i].count)));
+    for (size_t s = 0; s < per; ++s)
+      v.same_bits(name + " state " + std::to_string(s), out.states.at(s), full.states[i * per + s]);
+  }
+  const SequenceOutputs second = again();
+  v.same_bits(what + " second run rows", second.rows, full.rows);
+  for (size_t s = 0; s < full.states.size(); ++s)
+    v.same_bits(what + " second run state " + std::to_string(s), second.states.at(s), full.states[s]);
+}
+
+SeqInputs SeqInputs::alone(size_t i) const {
+  const SequenceRows s = batch[i];
+  SeqInputs in{{}, params, {}, {{0, s.count, s.past}}, states_per_sequence};
+  for (const Tensor& r : rows) in.rows.push_back(r.rows(s.begin, s.begin + s.count));
+  for (size_t k = 0; k < states_per_sequence; ++k) in.states.push_back(states[i * states_per_sequence + k]);
+  return in;
+}
+
+SequenceOutputs judge_sequences(Context& c, const std::string& what, const SeqInputs& in, const SeqOp& op,
+                                const std::vector<double>& rows_bound,
+                                const std::vector<std::vector<double>>& state_bounds) {
+  const SequenceOutputs want = op(c.cpu, in), got = op(c.gpu, in);
+  c.verdict.close(what + " output", got.rows, want.rows, rows_bound);
+  for (size_t i = 0; i < state_bounds.size(); ++i)
+    c.verdict.close(what + " state " + std::to_string(i), got.states[i], want.states[i], state_bounds[i]);
+  check_sequences_alone(
+      c.verdict, what, in.batch, got, [&](size_t i) { return op(c.gpu, in.alone(i)); }, [&] { return op(c.gpu, in); });
+  return got;
+}
+
+std::vector<BatchRows> standard_batches(std::mt19937_64& rng) {
+  std::vector<BatchRows> out;
+  for (int64_t T : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{1000}})
+    out.push_back({{0, T, T % 2 ? 37 : 0}});
+  out.push_back({{0, 1, 5}, {1, 65, 64}, {66, 130, 0}});
+  out.push_back(ragged_batch(rng, 64, 20, 300));
+  return out;
+}
+
+std::string batch_label(const BatchRows& batch) {
+  if (batch.size() == 1) return "T=" + std::to_string(batch[0].count) + " past=" + std::to_string(batch[0].past);
+  return std::to_string(batch.size()) + " sequences, T=" + std::to_string(batch_tokens(batch));
+}
+
+BatchRows ragged_batch(std::mt19937_64& rng, int64_t sequences, int64_t max_count, int64_t max_past) {
+  std::uniform_int_distribution<int64_t> count(1, max_count), past(0, max_past);
+  BatchRows batch;
+  int64_t begin = 0;
+  for (int64_t i = 0; i < sequences; ++i) {
+    // A third of the sequences decode a single token, as continuous batching mixes them with prefill chunks.
+    const int64_t c = i % 3 == 1 ? 1 : count(rng);
+    batch.push_back({begin, c, i == 0 ? std::max<int64_t>(1, past(rng)) : past(rng)});
+    begin += c;
+  }
+  return batch;
+}
+
+int64_t batch_tokens(const BatchRows& batch) {
+  int64_t n = 0;
+  for (const SequenceRows& s : batch) n += s.count;
+  return n;
+}
+
+void print_margin(const std::string& case_name, const Verdict& v) {
+  std::printf("[ margin   ] %s: worst err/bound %s (%s)\n", case_name.c_str(), format_double(v.worst_ratio()).c_str(),
+              v.worst_what().empty() ? "no bounded comparison" : v.worst_what().c_str());
+}
+
+}  // namespace plumb::harness

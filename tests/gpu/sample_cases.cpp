@@ -1,0 +1,96 @@
+// Harness case of sample_tokens: the GPU must pick the reference's token, except where the draw lands within
+// rounding of a boundary (of the top-p cut or of a token's cumulative interval); there either neighbour is accepted,
+// as decided by a double-precision transcription of the rule. docs/kernel-contract.md §Sampling.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "core/counter_rng.h"
+#include "op_harness.h"
+
+namespace plumb::harness {
+namespace {
+
+// Relative slack of the boundary test: F32 softmax sums over up to 152K terms on either backend.
+constexpr double kSampleSlack = 1e-3;
+
+// The tokens a correct F32 implementation may return for one row: a singleton unless the draw is ambiguous.
+std::set<int32_t> acceptable_tokens(const float* logits, int64_t V, const TokenDraw& draw) {
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  // Softmax is monotone in the logit, so the logit order is the probability order, ties to the lower id.
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (draw.temperature == 0.0f) return {order[0]};
+  const int64_t kept = draw.top_k > 0 ? std::min(draw.top_k, V) : V;
+  std::vector<double> cumulative(static_cast<size_t>(kept));
+  double running = 0;
+  for (int64_t i = 0; i < kept; ++i)
+    cumulative[i] = running += std::exp((logits[order[i]] - static_cast<double>(logits[order[0]])) / draw.temperature);
+  const double mass = running, tol = kSampleSlack * mass;
+  // The top-p cut n: the fewest tokens whose mass reaches top_p of the kept mass; ambiguous within tol.
+  int64_t n_lo = kept, n_hi = kept;
+  for (int64_t i = kept; i-- > 0;) {
+    if (cumulative[i] >= draw.top_p * mass - tol) n_lo = i + 1;
+    if (cumulative[i] >= draw.top_p * mass + tol) n_hi = i + 1;
+  }
+  const double u = uniform_f32_from_counter(draw.seed, draw.step);
+  std::set<int32_t> out;
+  for (int64_t n = n_lo; n <= n_hi; ++n) {
+    const double target = u * cumulative[n - 1];
+    for (int64_t i = 0; i < n; ++i) {
+      const double before = i ? cumulative[i - 1] : 0.0;
+      if (before <= target + tol && cumulative[i] >= target - tol) out.insert(order[i]);
+    }
+  }
+  return out;
+}
+
+void sample_case(Context& c) {
+  for (int64_t V : {int64_t{1000}, int64_t{151936}}) {
+    for (int64_t R : {int64_t{1}, int64_t{3}, int64_t{64}}) {
+      Tensor logits = normal(c.rng, {R, V}, 2.0f);
+      std::vector<TokenDraw> draws(static_cast<size_t>(R));
+      const TokenDraw kinds[] = {{0.0f, 0, 1.0f, 0, 0},  {0.7f, 20, 0.9f, 0, 0}, {1.0f, 0, 1.0f, 0, 0},
+                                 {1.3f, 0, 0.95f, 0, 0}, {0.6f, 1, 1.0f, 0, 0},  {1.0f, 50, 1.0f, 0, 0}};
+      for (int64_t r = 0; r < R; ++r) {
+        draws[r] = kinds[r % std::size(kinds)];
+        draws[r].seed = c.rng();
+        draws[r].step = c.rng() % 100000;
+        // Plant a tie for the maximum at a higher id, so argmax and the order of equal logits are exercised.
+        float* row = logits.f32() + r * V;
+        const int64_t top = std::max_element(row, row + V) - row;
+        row[(top + 1 + static_cast<int64_t>(c.rng() % (V - 1))) % V] = row[top];
+      }
+      auto run = [&](Backend& be, int64_t begin, int64_t end) {
+        Tensor ids = poisoned(be, DType::kI32, {end - begin});
+        be.sample_tokens(be.upload(logits.rows(begin, end)),
+                         std::vector<TokenDraw>(draws.begin() + begin, draws.begin() + end), ids);
+        return be.download(ids);
+      };
+      const std::string what = "sample_tokens V=" + std::to_string(V) + " R=" + std::to_string(R);
+      const Tensor want = run(c.cpu, 0, R), got = run(c.gpu, 0, R);
+      int64_t ambiguous = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        const int32_t g = got.data_as<int32_t>()[r], w = want.data_as<int32_t>()[r];
+        const std::set<int32_t> ok = acceptable_tokens(logits.f32() + r * V, V, draws[r]);
+        ambiguous += ok.size() > 1;
+        if (!ok.count(w))
+          c.verdict.fail(what + " row " + std::to_string(r) + ": the reference picked " + std::to_string(w) +
+                         ", which the double-precision rule does not allow");
+        if (g != w && !(ok.size() > 1 && ok.count(g)))
+          c.verdict.fail(what + " row " + std::to_string(r) + ": picked " + std::to_string(g) + ", reference " +
+                         std::to_string(w) + " (temperature " + std::to_string(draws[r].temperature) + ", top_k " +
+                         std::to_string(draws[r].top_k) + ", top_p " + std::to_string(draws[r].top_p) + ")");
+      }
+      std::printf("[ harness  ] %-48s %lld of %lld rows within rounding of a boundary\n", what.c_str(),
+                  static_cast<long long>(ambiguous), static_cast<long long>(R));
+      check_rows_alone(c.verdict, what, got, [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end); });
+    }
+  }
+}
+
+const CaseRegistrar reg_sample("sample_tokens", sample_case);
+
+}  // namespace
+}  // namespace plumb::harness
