@@ -1,10 +1,12 @@
 // Matrix products: tensor cores for BF16 weights, CUDA cores for F32 weights. linear.h states the contract.
 //
-// Every BF16 shape is one kernel template (linear_bf16_kernel). A block owns a block of output features and a tile
-// of product rows; its threads stream both operands through a ring of shared-memory stages with 16-byte cp.async,
-// and each warp multiplies its features by its rows with mma.sync. The shapes differ in block size, warps, stages
-// and whether activations arrive as F32 (converted when the fragment is built) or as BF16 (converted beforehand by
-// to_bf16_kernel); none of that reaches the arithmetic of an output element, which mma_chunk fixes.
+// Two BF16 kernels share one per-element arithmetic (mma_chunk over ascending 32-wide k-chunks into one F32
+// accumulator), so which one runs, and with how many warps, changes speed only:
+// - linear_stream_kernel (decode, up to 64 rows): each warp owns 16 output features and every row of the tile, and
+//   streams its weights from global memory straight into a ring of registers in the mma fragment layout, many
+//   16-byte loads ahead; the block's warps share activation slabs staged in shared memory with cp.async.
+// - linear_bf16_kernel (prefill): a block of warps multiplies a feature tile by a row tile, both operands streamed
+//   through a ring of shared-memory stages with cp.async.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -92,7 +94,7 @@ __device__ __forceinline__ void stage_unit(char* dst, const Elem* row, const Ele
   }
 }
 
-// A BF16 launch shape: kWarpsM x kWarpsN warps, each multiplying kMTiles 16-feature tiles by kNTiles 8-row tiles;
+// A tiled BF16 launch shape: kWarpsM x kWarpsN warps, each multiplying kMTiles 16-feature tiles by kNTiles 8-row tiles;
 // stages of kChunks k-chunks, kStages of them in the ring; activations staged as XElem (float, or uint16_t BF16 bits).
 template <int kWarpsM_, int kWarpsN_, int kMTiles_, int kNTiles_, int kChunks_, int kStages_, typename XElem_,
           int kMinBlocks_>
@@ -114,12 +116,30 @@ struct Bf16Shape {
   static_assert(kStages >= 2, "a ring needs two stages");
 };
 
-// Weight streaming (decode): one warp per 16 features with every row of the tile, 128 k per stage, and rings deep
-// enough to keep 40-90 KB of loads in flight per block. All shapes stay within 99 KB of shared memory.
-using Stream8 = Bf16Shape<1, 1, 1, 1, 4, 12, float, 1>;
-using Stream16 = Bf16Shape<1, 1, 1, 2, 4, 8, float, 1>;
-using Stream32 = Bf16Shape<2, 1, 1, 4, 4, 6, uint16_t, 1>;
-using Stream64 = Bf16Shape<2, 1, 1, 8, 4, 4, uint16_t, 1>;
+// Weight streaming (decode): each warp multiplies 16 features by kNTiles 8-row tiles. Its weights go from global
+// memory into a ring of kRing chunks of registers (8 per chunk), refilled as each chunk is used, so every warp keeps
+// kRing KB of loads in flight and never waits on a barrier for them. Activations arrive a slab of kRing chunks at a
+// time in shared memory, two slabs deep, shared by the block's warps (1 to kStreamMaxWarps, chosen at launch).
+// XElem float: the F32 activations themselves, rounded to BF16 when the fragment is built; uint16_t: BF16 bits made
+// by to_bf16_kernel, so large row tiles move half the bytes.
+template <int kNTiles_, int kRing_, typename XElem_>
+struct StreamShape {
+  static constexpr int kNTiles = kNTiles_, kRing = kRing_;
+  using XElem = XElem_;
+  static constexpr int kRows = 8 * kNTiles;  // product rows per block (the row tile)
+  static constexpr int kSlabK = kChunkK * kRing;
+  static constexpr int kUnitsX = kSlabK * static_cast<int>(sizeof(XElem)) / 16;  // 16-byte units per slab row
+  static constexpr int kSlabBytes = kRows * kUnitsX * 16;
+  static constexpr int kSmemBytes = 2 * kSlabBytes;
+  static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
+};
+constexpr int kStreamMaxWarps = 4;
+// Slabs of 32-64 KB in all: with the register ring (~128-160 registers a thread) three blocks of four warps fit a
+// multiprocessor, 12 warps with 12 x 8-16 KB of weight loads in flight.
+using Stream8 = StreamShape<1, 12, float>;
+using Stream16 = StreamShape<2, 12, float>;
+using Stream32 = StreamShape<4, 8, uint16_t>;
+using Stream64 = StreamShape<8, 8, uint16_t>;
 // Tiled GEMM (prefill): 2 x 2 warps of 32 x 64 or 64 x 64, 64 k per stage, three stages.
 using Tiled64 = Bf16Shape<2, 2, 2, 8, 2, 3, uint16_t, 2>;
 using Tiled128 = Bf16Shape<2, 2, 4, 8, 2, 3, uint16_t, 2>;
@@ -290,6 +310,149 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
   }
 }
 
+// ---- The BF16 streaming kernel (decode). ----
+
+// 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
+// neighbours in k read the rest of it within the same ring).
+__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The lane's 8 k from kk of one weight row (nullptr: a feature past n), zero past k. kVec: one 16-byte load (row
+// 16-byte aligned, k a multiple of 8, so the 8 k are all in or all out); otherwise element by element, the same bits.
+template <bool kVec>
+__device__ __forceinline__ uint4 weight_unit(const uint16_t* row, int kk, int k) {
+  if (row == nullptr || kk >= k) return make_uint4(0, 0, 0, 0);
+  if constexpr (kVec) {
+    return load_streamed(row + kk);
+  } else {
+    uint32_t pair[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t lo = kk + 2 * e < k ? row[kk + 2 * e] : 0;
+      const uint32_t hi = kk + 2 * e + 1 < k ? row[kk + 2 * e + 1] : 0;
+      pair[e] = lo | hi << 16;
+    }
+    return make_uint4(pair[0], pair[1], pair[2], pair[3]);
+  }
+}
+
+// One chunk of the lane's weights: its 8 k of weight rows g (lo) and g + 8 (hi), as mma_chunk takes them.
+struct WeightChunk {
+  uint4 lo, hi;
+};
+
+// Stages k [k0, k0 + kSlabK) of the tile's first `rows` product rows into `slab` (rows past them are never read).
+// Every thread of the block takes a share.
+template <class S, bool kVec>
+__device__ __forceinline__ void stage_x_slab(const typename S::XElem* x, const int64_t* x_offset, int rows, int k,
+                                             int k0, char* slab) {
+  constexpr int kPerUnit = 16 / static_cast<int>(sizeof(typename S::XElem));
+  for (int i = static_cast<int>(threadIdx.x); i < rows * S::kUnitsX; i += static_cast<int>(blockDim.x)) {
+    const int r = i / S::kUnitsX, u = i % S::kUnitsX;
+    stage_unit<typename S::XElem, kVec>(slab + tile_offset<typename S::XElem>(r, u, S::kUnitsX), x + x_offset[r], x,
+                                        k0 + u * kPerUnit, k);
+  }
+}
+
+// Block of blockDim.x / 32 warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every
+// product row of its row tile, chunk after chunk in ascending k: exactly the arithmetic of linear_bf16_kernel.
+template <class S, bool kVec, KernelFault kFault>
+__global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(const LinearParams p) {
+  using XElem = typename S::XElem;
+  extern __shared__ __align__(128) char smem[];  // 2 slabs x [kRows x kSlabK] XElem
+  __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations
+
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int block_features = 16 * warps;
+  const BlockTile bt = block_tile((p.n + block_features - 1) / block_features, p.max_tiles);
+  RowTile rt;
+  if (!row_tile(p, bt.tile, S::kRows, &rt)) return;
+  const int rows = rt.end - rt.begin;
+  for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(blockDim.x)) {
+    const int row = rt.begin + r;
+    x_offset[r] = static_cast<int64_t>(p.x_index ? p.x_index[row] : row) * p.k;
+  }
+  __syncthreads();
+
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int warp_feature0 = bt.feature_block * block_features + 16 * warp;
+  // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers.
+  const bool warp_active = warp_feature0 < p.n;
+  const uint16_t* w = static_cast<const uint16_t*>(p.w) + rt.group * p.w_group_stride;  // [n, k]
+  const int feature = warp_feature0 + g;
+  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k : nullptr;          // [k]
+  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k : nullptr;  // [k]
+  const auto* x = static_cast<const XElem*>(p.x);                                                    // [x_rows, k]
+  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
+  const int slabs = (all_chunks + S::kRing - 1) / S::kRing;
+  // The planted control leaves the last chunk out of every reduction.
+  const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
+
+  // Slot i of the ring always holds a chunk c with c % kRing == i: chunk c + kRing is loaded the moment chunk c is
+  // used, so the slot indices stay compile-time constants and the registers stay registers.
+  WeightChunk ring[S::kRing];
+#pragma unroll
+  for (int i = 0; i < S::kRing; ++i) {
+    const int kk = i * kChunkK + 8 * q;
+    ring[i].lo = warp_active ? weight_unit<kVec>(w_lo, kk, p.k) : make_uint4(0, 0, 0, 0);
+    ring[i].hi = warp_active ? weight_unit<kVec>(w_hi, kk, p.k) : make_uint4(0, 0, 0, 0);
+  }
+  // Each slab is one cp.async group, so waiting for all but the newest group waits for the slab about to be used.
+  if (slabs > 0) stage_x_slab<S, kVec>(x, x_offset, rows, p.k, 0, smem);
+  cp_async_commit();
+
+  float acc[S::kNTiles][4] = {};
+  for (int s = 0; s < slabs; ++s) {
+    // Slab s + 1 goes into the buffer slab s - 1 used, which the barrier ending the last round freed.
+    if (s + 1 < slabs) {
+      stage_x_slab<S, kVec>(x, x_offset, rows, p.k, (s + 1) * S::kSlabK, smem + ((s + 1) % 2) * S::kSlabBytes);
+    }
+    cp_async_commit();
+    // Slab s has landed for this thread; the barrier makes it everyone's.
+    cp_async_wait<1>();
+    __syncthreads();
+    const char* slab = smem + (s % 2) * S::kSlabBytes;
+    if (warp_active) {
+#pragma unroll
+      for (int i = 0; i < S::kRing; ++i) {
+        const int c = s * S::kRing + i;
+        if (c < chunks) {
+#pragma unroll
+          for (int nt = 0; nt < S::kNTiles; ++nt) {
+            const int row = nt * 8 + g;
+            const uint4 xv = row < rows ? x_fragment<S>(slab, row, i, q) : make_uint4(0, 0, 0, 0);
+            mma_chunk(acc[nt], ring[i].lo, ring[i].hi, xv);
+          }
+        }
+        const int kk = (c + S::kRing) * kChunkK + 8 * q;
+        ring[i].lo = weight_unit<kVec>(w_lo, kk, p.k);
+        ring[i].hi = weight_unit<kVec>(w_hi, kk, p.k);
+      }
+    }
+    // Everyone is done with slab s before the next round refills its buffer.
+    __syncthreads();
+  }
+
+  if (!warp_active) return;
+  auto store = [&](int row, int f, float v) {
+    if (row < rt.end && f < p.n) p.y[static_cast<int64_t>(row) * p.n + f] = v;
+  };
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt) {
+    const int row = rt.begin + nt * 8 + 2 * q;
+    store(row, feature, acc[nt][0]);
+    store(row + 1, feature, acc[nt][1]);
+    store(row, feature + 8, acc[nt][2]);
+    store(row + 1, feature + 8, acc[nt][3]);
+  }
+}
+
 // ---- F32 weights (small test checkpoints). ----
 
 // One thread per output feature and up to kF32Rows product rows. Each dot product runs the CPU reference's order:
@@ -362,9 +525,10 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Raises a kernel's dynamic shared-memory limit on the current device, once per device.
+// Raises a kernel's dynamic shared-memory limit on the current device, once per device. The default limit is 48 KB
+// less the kernel's static shared memory.
 void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& devices_done) {
-  if (bytes <= 48 * 1024) return;
+  if (bytes <= 32 * 1024) return;
   int device = 0;
   cudaGetDevice(&device);
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
@@ -375,18 +539,43 @@ void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& devices_do
   }
 }
 
+template <class S>
+struct IsStream : std::false_type {};
+template <int kNTiles, int kRing, typename XElem>
+struct IsStream<StreamShape<kNTiles, kRing, XElem>> : std::true_type {};
+
+// Warps per streaming block: the most (up to kStreamMaxWarps) that still give every multiprocessor a block, so small
+// products spread over the whole GPU while large ones share each activation slab among more warps.
+int stream_warps(const LinearParams& p) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t warp_tiles = static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles;
+  int warps = kStreamMaxWarps;
+  while (warps > 1 && warp_tiles / warps < sms) warps /= 2;
+  return warps;
+}
+
 template <class S, bool kVec, KernelFault kFault>
 void launch_bf16(const LinearParams& p, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_allowed{0};
-  const auto kernel = linear_bf16_kernel<S, kVec, kFault>;
-  allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
-  const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
-  kernel<<<static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream>>>(p);
+  if constexpr (IsStream<S>::value) {
+    const auto kernel = linear_stream_kernel<S, kVec, kFault>;
+    allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
+    const int warps = stream_warps(p);
+    const int64_t blocks = static_cast<int64_t>((p.n + 16 * warps - 1) / (16 * warps)) * p.max_tiles;
+    kernel<<<static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream>>>(p);
+  } else {
+    const auto kernel = linear_bf16_kernel<S, kVec, kFault>;
+    allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
+    const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
+    kernel<<<static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream>>>(p);
+  }
 }
 
 template <class S, KernelFault kFault>
 void launch_bf16_aligned(const LinearParams& p, cudaStream_t stream) {
-  // 16-byte staging needs every row of both operands 16-byte aligned; other k stage element by element.
+  // 16-byte loads need every row of both operands 16-byte aligned; other k load element by element.
   const bool vec = p.k % 8 == 0 && p.w_group_stride % 8 == 0 && aligned16(p.w) && aligned16(p.x);
   if (vec) {
     launch_bf16<S, true, kFault>(p, stream);

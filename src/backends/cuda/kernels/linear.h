@@ -17,7 +17,8 @@
 namespace plumb::cuda {
 
 // Launch shapes. The weight-streaming shapes serve decode: one warp per 16 output features and every product row
-// of the tile, so weights are read once. The tiled shapes serve prefill. Choosing among them changes speed only.
+// of the tile, so weights are read once, straight from global memory into registers; the launcher picks 1 to 4 warps
+// per block from the GPU's size. The tiled shapes serve prefill. Choosing among them changes speed only.
 enum class LinearShape : int {
   kStream8,   // up to 8 rows per tile, F32 activations
   kStream16,  // up to 16 rows per tile, F32 activations

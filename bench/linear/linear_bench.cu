@@ -1,0 +1,268 @@
+// Benchmark of the linear kernels (kernels/linear.h) at the 35B model's decode and prefill sizes.
+//
+// For each (N, K) and T: BF16 weights [N, K] and F32 activations [T, K] of random finite values, the shape the
+// backend would choose, and the median of 50 individually timed launches (events around each, all queued behind a
+// spin kernel so no launch waits on the host). Weights smaller than kRotateBytes are copied until the copies fill it
+// and the launches rotate through them, so L2 (50 MB) never serves weights. Activations are converted to BF16 once,
+// outside the timing, for shapes that stage them so. Also checks that row r of a T-row product is bit-identical to
+// the same activations computed alone (T = 1), and that the T = 1 row matches a double-precision reference.
+//
+// Usage: linear_bench [out.json]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/linear.h"
+
+namespace {
+
+using plumb::cuda::KernelFault;
+using plumb::cuda::LinearParams;
+using plumb::cuda::LinearShape;
+
+constexpr size_t kRotateBytes = size_t{192} << 20;
+constexpr int kWarmup = 5;
+constexpr int kTimed = 50;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "linear_bench: %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+__device__ uint32_t hash(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+// Random finite values: random sign and mantissa, exponents spanning 2^-8 .. 2^1.
+__device__ uint32_t random_f32_bits(uint64_t i, uint32_t seed) {
+  const uint32_t h = hash(i, seed);
+  return (h & 0x807FFFFFu) | ((119u + (h >> 23) % 10u) << 23);
+}
+
+__global__ void init_bf16(uint16_t* w, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    w[i] = static_cast<uint16_t>(random_f32_bits(i, seed) >> 16);
+}
+
+__global__ void init_f32(float* x, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __uint_as_float(random_f32_bits(i, seed));
+}
+
+// Row `row` of x := row 0 of `src` (both [*, k]).
+__global__ void copy_row(const float* src, float* x, int row, int k) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < k; i += gridDim.x * blockDim.x)
+    x[int64_t{row} * k + i] = src[i];
+}
+
+// Reference for one product row: y[n] = sum_k bf16(x[k]) * w[n, k] in double, and sum |..| for the tolerance.
+__global__ void reference_row(const uint16_t* w, const float* x, int n, int k, double* y, double* magnitude) {
+  const int f = blockIdx.x * blockDim.x + threadIdx.x;
+  if (f >= n) return;
+  double sum = 0, mag = 0;
+  for (int i = 0; i < k; ++i) {
+    const float xb = __bfloat162float(__float2bfloat16_rn(x[i]));
+    const float wf = __uint_as_float(uint32_t{w[int64_t{f} * k + i]} << 16);
+    sum += double{xb} * wf;
+    mag += std::fabs(double{xb} * wf);
+  }
+  y[f] = sum;
+  magnitude[f] = mag;
+}
+
+// Holds the stream for `ns` nanoseconds so that the launches queued behind it run back to back.
+__global__ void spin(uint64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+const char* shape_name(LinearShape s) {
+  switch (s) {
+    case LinearShape::kStream8:
+      return "Stream8";
+    case LinearShape::kStream16:
+      return "Stream16";
+    case LinearShape::kStream32:
+      return "Stream32";
+    case LinearShape::kStream64:
+      return "Stream64";
+    case LinearShape::kTiled64:
+      return "Tiled64";
+    case LinearShape::kTiled128:
+      return "Tiled128";
+    case LinearShape::kF32:
+      return "F32";
+  }
+  return "?";
+}
+
+struct Result {
+  int n, k, t;
+  std::string shape;
+  double us, gbps, tflops;
+  bool identical;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+
+  const int sizes[][2] = {{32, 2048}, {8192, 2048}, {2048, 4096}, {1024, 2048}, {248320, 2048}};
+  const int rows_list[] = {1, 4, 16, 64, 4096};
+  std::vector<Result> results;
+  bool all_ok = true;
+  std::printf("%8s %6s %6s %-9s %10s %9s %8s  %s\n", "N", "K", "T", "shape", "us", "GB/s", "TFLOP/s", "bits vs T=1");
+
+  for (const auto& size : sizes) {
+    const int n = size[0], k = size[1];
+    const size_t w_bytes = size_t{2} * n * k;
+    const int copies = w_bytes < (size_t{200} << 20) ? std::max<int>(3, (kRotateBytes + w_bytes - 1) / w_bytes) : 1;
+    uint16_t* w = nullptr;  // [copies, n, k] BF16
+    check(cudaMalloc(&w, w_bytes * copies), "cudaMalloc w");
+    // Every copy holds the same values, so each launch computes the same product.
+    for (int c = 0; c < copies; ++c)
+      init_bf16<<<1024, 256, 0, stream>>>(w + static_cast<size_t>(c) * n * k, int64_t{n} * k, 7);
+    check(cudaGetLastError(), "init w");
+
+    // The T = 1 row, alone and against the reference.
+    float* x1 = nullptr;  // [1, k]
+    float* y1 = nullptr;  // [1, n]
+    double *ref = nullptr, *mag = nullptr;
+    check(cudaMalloc(&x1, sizeof(float) * k), "cudaMalloc x1");
+    check(cudaMalloc(&y1, sizeof(float) * n), "cudaMalloc y1");
+    check(cudaMalloc(&ref, sizeof(double) * n), "cudaMalloc ref");
+    check(cudaMalloc(&mag, sizeof(double) * n), "cudaMalloc mag");
+    init_f32<<<64, 256, 0, stream>>>(x1, k, 11);
+    reference_row<<<(n + 127) / 128, 128, 0, stream>>>(w, x1, n, k, ref, mag);
+    std::vector<float> row1(n);
+    std::vector<double> ref_host(n), mag_host(n);
+
+    for (const int t : rows_list) {
+      // [t, k] activations with the T = 1 row at index `probe`.
+      const int probe = std::min(t - 1, 37);
+      float* x = nullptr;          // [t, k] F32
+      uint16_t* x_bf16 = nullptr;  // [t, k] BF16, for shapes that stage activations so
+      float* y = nullptr;          // [t, n]
+      check(cudaMalloc(&x, sizeof(float) * t * k), "cudaMalloc x");
+      check(cudaMalloc(&x_bf16, sizeof(uint16_t) * t * k), "cudaMalloc x_bf16");
+      check(cudaMalloc(&y, sizeof(float) * size_t(t) * n), "cudaMalloc y");
+      init_f32<<<1024, 256, 0, stream>>>(x, int64_t{t} * k, 100 + t);
+      copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
+
+      LinearParams p;
+      p.shape = plumb::cuda::choose_linear_shape(true, t, t, n, sms);
+      p.w_bf16 = true;
+      p.y = y;
+      p.rows = t;
+      p.n = n;
+      p.k = k;
+      p.x = x;
+      if (plumb::cuda::linear_stages_bf16(p.shape)) {
+        plumb::cuda::launch_linear_to_bf16(x, x_bf16, int64_t{t} * k, stream);
+        p.x = x_bf16;
+      }
+      auto launch = [&](int i) {
+        p.w = w + size_t(i % copies) * n * k;
+        plumb::cuda::launch_linear(p, KernelFault::kNone, stream);
+      };
+
+      // Bit-identity of the probe row against T = 1 (whose own result is kept from the first pass).
+      launch(0);
+      check(cudaGetLastError(), "launch_linear");
+      std::vector<float> probe_row(n);
+      check(cudaMemcpyAsync(probe_row.data(), y + size_t(probe) * n, sizeof(float) * n, cudaMemcpyDeviceToHost, stream),
+            "download");
+      if (t == 1) {
+        check(cudaMemcpyAsync(ref_host.data(), ref, sizeof(double) * n, cudaMemcpyDeviceToHost, stream), "download");
+        check(cudaMemcpyAsync(mag_host.data(), mag, sizeof(double) * n, cudaMemcpyDeviceToHost, stream), "download");
+      }
+      check(cudaStreamSynchronize(stream), "first run");
+      if (t == 1) {
+        row1 = probe_row;
+        double worst = 0;
+        int bad = 0;
+        for (int f = 0; f < n; ++f) {
+          const double err = std::fabs(row1[f] - ref_host[f]) / (mag_host[f] + 1e-30);
+          worst = std::max(worst, err);
+          if (!(err <= 1e-3)) ++bad;
+        }
+        std::printf("N=%d K=%d: T=1 against the double reference: worst error %.2e of sum|x w|, %d bad -> %s\n", n, k,
+                    worst, bad, bad == 0 ? "PASS" : "FAIL");
+        all_ok = all_ok && bad == 0;
+      }
+      const bool identical = std::memcmp(probe_row.data(), row1.data(), sizeof(float) * n) == 0;
+      all_ok = all_ok && identical;
+
+      for (int i = 0; i < kWarmup; ++i) launch(i);
+      std::vector<cudaEvent_t> events(2 * kTimed);
+      for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");
+      spin<<<1, 1, 0, stream>>>(20'000'000);
+      for (int i = 0; i < kTimed; ++i) {
+        check(cudaEventRecord(events[2 * i], stream), "record");
+        launch(kWarmup + i);
+        check(cudaEventRecord(events[2 * i + 1], stream), "record");
+      }
+      check(cudaGetLastError(), "launch_linear");
+      check(cudaStreamSynchronize(stream), "timed runs");
+      std::vector<float> ms(kTimed);
+      for (int i = 0; i < kTimed; ++i) check(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]), "elapsed");
+      for (auto& e : events) cudaEventDestroy(e);
+      std::sort(ms.begin(), ms.end());
+      const double us = 1e3 * (ms[kTimed / 2 - 1] + ms[kTimed / 2]) / 2;
+      const double gbps = w_bytes / (us * 1e3);
+      const double tflops = 2.0 * t * n * k / (us * 1e6);
+      std::printf("%8d %6d %6d %-9s %10.2f %9.1f %8.2f  %s\n", n, k, t, shape_name(p.shape), us, gbps, tflops,
+                  identical ? "PASS" : "FAIL");
+      results.push_back({n, k, t, shape_name(p.shape), us, gbps, tflops, identical});
+      cudaFree(x);
+      cudaFree(x_bf16);
+      cudaFree(y);
+    }
+    cudaFree(w);
+    cudaFree(x1);
+    cudaFree(y1);
+    cudaFree(ref);
+    cudaFree(mag);
+  }
+  std::printf("%s\n", all_ok ? "ALL PASS" : "SOME FAIL");
+
+  if (argc > 1) {
+    FILE* out = std::fopen(argv[1], "w");
+    if (out == nullptr) {
+      std::fprintf(stderr, "linear_bench: cannot write %s\n", argv[1]);
+      return 1;
+    }
+    std::fprintf(out, "{\"benchmark\": \"linear\", \"all_pass\": %s, \"results\": [\n", all_ok ? "true" : "false");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      std::fprintf(out,
+                   "  {\"n\": %d, \"k\": %d, \"t\": %d, \"shape\": \"%s\", \"us\": %.3f, \"weight_gbps\": %.1f, "
+                   "\"tflops\": %.3f, \"bit_identical\": %s}%s\n",
+                   r.n, r.k, r.t, r.shape.c_str(), r.us, r.gbps, r.tflops, r.identical ? "true" : "false",
+                   i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(out, "]}\n");
+    std::fclose(out);
+  }
+  return all_ok ? 0 : 2;
+}
