@@ -1,6 +1,7 @@
 // plumb logits | generate | inspect: running a model folder from the command line.
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 
@@ -12,6 +13,7 @@
 #include "core/hash.h"
 #include "core/npy.h"
 #include "engine/generate.h"
+#include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,8 +43,9 @@ void print_state_hashes(const Qwen3NextModel& model, const SequenceState& state)
 struct LogitsArgs {
   std::string model, ids, out, device = "cpu";
   bool hash = false;
-  int64_t batch = 1;          // sequences in each forward call: the asked one and batch - 1 companions
-  int64_t prefill_chunk = 0;  // tokens per forward call (0: the whole prompt at once)
+  int64_t batch = 1;                           // sequences in each forward call: the asked one and batch - 1 companions
+  int64_t prefill_chunk = 0;                   // tokens per forward call (0: the whole prompt at once)
+  std::string record_routing, replay_routing;  // JSON files of every MoE layer's expert choices
 };
 
 // The companions of a --batch run: other prompts of other lengths drawn from the same ids, so the asked sequence
@@ -82,12 +85,38 @@ Tensor prefill_logits(const Qwen3NextModel& model, const LogitsArgs& a, const st
   return out;
 }
 
+// A routing trace to replay, read from the JSON file --record-routing wrote.
+RoutingTrace read_routing(const std::string& path) {
+  RoutingTrace trace;
+  trace.mode = RoutingTrace::Mode::kReplay;
+  std::ifstream in(path);
+  PLUMB_CHECK(in.good(), "--replay-routing {}: cannot open the file", path);
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    trace.top_k = j.at("top_k").get<int64_t>();
+    trace.calls = j.at("calls").get<std::vector<std::vector<int32_t>>>();
+  } catch (const nlohmann::json::exception& e) {
+    PLUMB_FAIL("{}: not a routing trace written by --record-routing: {}", path, e.what());
+  }
+  return trace;
+}
+
 void run_logits(const LogitsArgs& a) {
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = open_model(a.model, *backend);
+  Qwen3NextModel model = open_model(a.model, *backend);
   const std::vector<int32_t> ids = parse_token_ids(a.ids, "--ids", model.config().vocab_size);
+  PLUMB_CHECK((a.record_routing.empty() && a.replay_routing.empty()) || (a.batch == 1 && a.prefill_chunk == 0),
+              "--record-routing and --replay-routing run the prompt alone in one call: drop --batch and "
+              "--prefill-chunk");
+  RoutingTrace trace = a.replay_routing.empty() ? RoutingTrace{} : read_routing(a.replay_routing);
+  if (!a.record_routing.empty() || !a.replay_routing.empty()) model.set_routing_trace(&trace);
   SequenceState state = model.new_sequence(static_cast<int64_t>(ids.size()));
   const Tensor logits = prefill_logits(model, a, ids, state);  // [T, V] on the host
+  if (!a.record_routing.empty()) {
+    std::ofstream out(a.record_routing);
+    out << nlohmann::json{{"top_k", trace.top_k}, {"calls", trace.calls}}.dump() << "\n";
+    PLUMB_CHECK(out.good(), "--record-routing {}: cannot write the file", a.record_routing);
+  }
   if (!a.out.empty()) write_npy_f32(a.out, logits.f32(), logits.shape());
   if (a.hash) {
     print_hash("logits", logits);
@@ -173,6 +202,9 @@ void register_model_commands(CLI::App& app) {
   logits->add_option("--batch", logits_args->batch,
                      "run the prompt among this many sequences (the others are companions of other lengths)");
   logits->add_option("--prefill-chunk", logits_args->prefill_chunk, "tokens per forward call (0: all at once)");
+  logits->add_option("--record-routing", logits_args->record_routing, "write every MoE layer's expert choices (JSON)");
+  logits->add_option("--replay-routing", logits_args->replay_routing,
+                     "route with the expert choices --record-routing wrote (to compare backends' arithmetic)");
   logits->callback([logits_args] {
     PLUMB_CHECK(!logits_args->out.empty() || logits_args->hash, "logits needs --out FILE.npy or --hash");
     run_logits(*logits_args);

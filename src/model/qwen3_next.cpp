@@ -1,6 +1,7 @@
 #include "model/qwen3_next.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -200,6 +201,7 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   Tensor expert_weights = backend_.empty(DType::kF32, {T, top_k});  // [T, top_k]
   backend_.linear(x, w.router, router_logits);
   backend_.moe_route(router_logits, top_k, c.norm_topk_prob, expert_ids, expert_weights);
+  if (routing_) trace_routing(router_logits, expert_ids, expert_weights);
   backend_.moe_experts(x, expert_ids, expert_weights, w.experts, out);
   if (!w.has_shared_expert) return;
   // y += sigmoid(w_sg · x) · SharedMLP(x)
@@ -209,6 +211,43 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   backend_.linear(x, w.shared_expert_gate, shared_gate);
   backend_.mul_sigmoid_rows(shared, shared_gate);
   backend_.add(out, shared);
+}
+
+void Qwen3NextModel::trace_routing(const Tensor& router_logits, Tensor& expert_ids, Tensor& expert_weights) const {
+  RoutingTrace& trace = *routing_;
+  const int64_t T = expert_ids.dim(0), top_k = expert_ids.dim(1), E = router_logits.dim(1);
+  if (trace.mode == RoutingTrace::Mode::kRecord) {
+    const Tensor ids = backend_.download(expert_ids);  // [T, top_k]
+    trace.top_k = top_k;
+    trace.calls.emplace_back(ids.data_as<int32_t>(), ids.data_as<int32_t>() + T * top_k);
+    return;
+  }
+  PLUMB_CHECK(trace.next < trace.calls.size() && trace.top_k == top_k &&
+                  static_cast<int64_t>(trace.calls[trace.next].size()) == T * top_k,
+              "routing replay: MoE call {} of this run does not match the recording ({} calls of top {})", trace.next,
+              trace.calls.size(), trace.top_k);
+  const std::vector<int32_t>& chosen = trace.calls[trace.next++];
+  const Tensor logits = backend_.download(router_logits);  // [T, E]
+  Tensor ids = Tensor::zeros(DType::kI32, {T, top_k}), weights = Tensor::zeros(DType::kF32, {T, top_k});
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = logits.f32() + t * E;
+    double max_logit = row[0], total = 0.0, kept = 0.0;
+    for (int64_t e = 1; e < E; ++e) max_logit = std::max<double>(max_logit, row[e]);
+    for (int64_t e = 0; e < E; ++e) total += std::exp(row[e] - max_logit);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = chosen[t * top_k + j];
+      PLUMB_CHECK(e >= 0 && e < E, "routing replay: expert id {} of {}", e, E);
+      kept += std::exp(row[e] - max_logit) / total;
+    }
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = chosen[t * top_k + j];
+      const double p = std::exp(row[e] - max_logit) / total;
+      ids.data_as<int32_t>()[t * top_k + j] = e;
+      weights.f32()[t * top_k + j] = static_cast<float>(config_.norm_topk_prob ? p / kept : p);
+    }
+  }
+  backend_.copy(ids, expert_ids);
+  backend_.copy(weights, expert_weights);
 }
 
 }  // namespace plumb

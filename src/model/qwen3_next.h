@@ -26,6 +26,18 @@ struct SequenceState {
 
 enum class LogitsRows { kAll, kLast };
 
+// The expert choices of every MoE layer call, recorded from one run and replayed in another. Comparing two backends
+// whose routers see near-ties differently (a BF16 GPU path against the FP32 reference) with the same choices measures
+// their arithmetic rather than a flipped discrete choice. Replay takes the recorded experts and weighs them with the
+// replaying run's own router probabilities.
+struct RoutingTrace {
+  enum class Mode { kRecord, kReplay };
+  Mode mode = Mode::kRecord;
+  int64_t top_k = 0;
+  std::vector<std::vector<int32_t>> calls;  // per MoE layer call, in order: expert ids [T, top_k]
+  size_t next = 0;                          // replay: the next call's index
+};
+
 // One sequence's part of a batched forward call: its state and its new tokens.
 struct SequenceInput {
   SequenceState* state = nullptr;
@@ -39,6 +51,8 @@ class Qwen3NextModel {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() const { return backend_; }
+  // Records or replays expert choices (see RoutingTrace); nullptr (the default) routes normally.
+  void set_routing_trace(RoutingTrace* trace) { routing_ = trace; }
 
   // A fresh sequence: zero states and room for kv_capacity tokens (grown on demand).
   SequenceState new_sequence(int64_t kv_capacity = 256) const;
@@ -62,11 +76,13 @@ class Qwen3NextModel {
                       const std::vector<int64_t>& positions, const Tensor& x, Tensor& out) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
   void mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;
+  void trace_routing(const Tensor& router_logits, Tensor& expert_ids, Tensor& expert_weights) const;
   void ensure_kv_capacity(SequenceState& state, int64_t tokens) const;
 
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
+  RoutingTrace* routing_ = nullptr;
 };
 
 }  // namespace plumb

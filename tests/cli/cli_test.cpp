@@ -97,6 +97,23 @@ TEST_F(Cli, LogitsHashIsInvariantToBatchAndPrefillChunk) {
 
 // Asking for the GPU where there is none (no CUDA backend compiled in, or no device present) is one clear error
 // line and exit status 1, not a crash. Where a GPU is present the run succeeds and there is nothing to check.
+// A recorded routing replays to the same logits (its weights are recomputed in double: within 1e-5), and a trace
+// that does not fit the run is refused with one line.
+TEST_F(Cli, RoutingRecordedAndReplayed) {
+  const std::string base = "logits --model " + model_ + " --ids 5,17,2,49,8,8,30";
+  ASSERT_EQ(run(base + " --out " + dir_ + "/a.npy --record-routing " + dir_ + "/r.json").status, 0);
+  const Outcome replay = run(base + " --out " + dir_ + "/b.npy --replay-routing " + dir_ + "/r.json");
+  ASSERT_EQ(replay.status, 0) << replay.err;
+  const NpyArray a = read_npy_f32(dir_ + "/a.npy"), b = read_npy_f32(dir_ + "/b.npy");
+  ASSERT_EQ(a.values.size(), b.values.size());
+  for (size_t i = 0; i < a.values.size(); ++i) ASSERT_TRUE(std::fabs(a.values[i] - b.values[i]) <= 1e-5f) << i;
+  expect_clean_failure(
+      run("logits --model " + model_ + " --ids 5,17 --out " + dir_ + "/c.npy --replay-routing " + dir_ + "/r.json"),
+      "does not match the recording");
+  expect_clean_failure(run(base + " --hash --batch 3 --record-routing " + dir_ + "/r.json"),
+                       "run the prompt alone in one call");
+}
+
 TEST_F(Cli, DeviceCudaWithoutAGpuFailsCleanly) {
   for (const std::string& args : {"logits --model " + model_ + " --ids 1,2,3 --hash --device cuda",
                                   "logits --model " + model_ + " --ids 1,2,3 --batch 3 --hash --device cuda",
