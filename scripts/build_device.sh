@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Builds what travels to the GPU machine into build/device/bin (Release): the plumb binary and the GPU op harness.
+# Builds what travels to the GPU machine (Release): the plumb binary, the GPU op harness and the projection-kernel
+# benchmark, stripped and packed with the Debian libraries the GPU machine lacks (PCRE2, utf8proc) into
+# build/device/bin.tar.xz (4 MB: the unpacked binaries would not fit the 64 MiB a device call carries).
+# Then:  run(command="bash scripts/gpu_check.sh", carry=["build/device/bin.tar.xz"])
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLUMB_BUILD_TESTS=ON >/dev/null
-cmake --build build/device --target plumb gpu_op_harness -j"$(nproc)"
-# The GPU machine lacks some of the Debian libraries plumb links (PCRE2, utf8proc); they travel beside the binary.
-ldd build/device/bin/plumb | awk '/libpcre2|libutf8proc/ { print $3 }' | xargs -r -I{} cp -L {} build/device/bin/
+cmake --build build/device --target plumb gpu_op_harness linear_bench -j"$(nproc)"
+stage=$(mktemp -d)
+mkdir "$stage/bin"
+for program in plumb gpu_op_harness linear_bench; do strip -o "$stage/bin/$program" "build/device/bin/$program"; done
+ldd build/device/bin/plumb | awk '/libpcre2|libutf8proc/ { print $3 }' | xargs -r -I{} cp -L {} "$stage/bin/"
+tar -C "$stage" -cJf build/device/bin.tar.xz bin
+rm -rf "$stage"
+ls -l build/device/bin.tar.xz

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
-# device machine, from the repository root, with build/device/bin carried:
-#   bash scripts/gpu_check.sh [harness] [e2e] [sanitize] [bench] [heldout] [demo]     (no argument: all of them)
+# device machine, from the repository root, with build/device/bin.tar.xz carried:
+#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [heldout] [demo]  (no argument: all)
+# linear    bench/linear: the BF16 projection kernel's speed per shape, and its bit-identity across row counts
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
 # sanitize  compute-sanitizer memcheck and racecheck on the harness and on one generation
@@ -17,13 +18,21 @@ plumb=$bin/plumb
 export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
-steps=${*:-harness e2e sanitize bench heldout demo}
+steps=${*:-linear harness e2e sanitize bench heldout demo}
 declare -A result
 want() { [[ " $steps " == *" $1 "* ]]; }
 record() { result[$1]=$2; echo "== $1: $2"; }
+# The binaries travel packed (scripts/build_device.sh); unpack them beside the archive.
+[ -f build/device/bin.tar.xz ] && tar -C build/device -xJf build/device/bin.tar.xz
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader || true
 [ -x "$plumb" ] || { echo "gpu_check: $plumb is missing: run scripts/build_device.sh and carry $bin"; exit 1; }
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+if want linear; then
+  echo "== linear"
+  "$bin/linear_bench" "$out/linear_bench.json" 2>&1 | tee "$out/linear_bench.log"
+  record linear "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+fi
 
 if want harness; then
   echo "== harness"
