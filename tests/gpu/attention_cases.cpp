@@ -175,22 +175,7 @@ void attention_run(Context& c, const AttentionShape& s, const BatchRows& batch) 
 // call bit for bit.
 void attention_split(Context& c, const AttentionShape& s) {
   const SeqInputs whole = attention_inputs(c.rng, s, {{0, 192, 0}});
-  const SequenceOutputs one = run_attention(c.gpu, whole);
-  SeqInputs first = whole, second = whole;
-  first.batch = {{0, 64, 0}};
-  second.batch = {{0, 128, 64}};
-  for (size_t r = 0; r < whole.rows.size(); ++r) {
-    first.rows[r] = whole.rows[r].rows(0, 64);
-    second.rows[r] = whole.rows[r].rows(64, 192);
-  }
-  const SequenceOutputs a = run_attention(c.gpu, first);
-  second.states = a.states;
-  const SequenceOutputs b = run_attention(c.gpu, second);
-  const std::string what = attention_label(s, whole.batch) + " 64 + 128 vs 192";
-  c.verdict.same_bits(what + " rows [0, 64)", a.rows, clone(one.rows.rows(0, 64)));
-  c.verdict.same_bits(what + " rows [64, 192)", b.rows, clone(one.rows.rows(64, 192)));
-  c.verdict.same_bits(what + " k cache", b.states[0], one.states[0]);
-  c.verdict.same_bits(what + " v cache", b.states[1], one.states[1]);
+  judge_split(c, attention_label(s, whole.batch) + " (states: k, v cache)", whole, run_attention);
 }
 
 void attention_small_case(Context& c) {

@@ -185,23 +185,7 @@ void gdn_run(Context& c, const GdnShape& s, GdnAlgorithm algorithm, const BatchR
 // A 192-token prompt prefilled as 64 + 128 tokens (state carried between the calls) must equal one 192-token call
 // bit for bit: chunk boundaries sit at fixed multiples of the chunk size from the sequence start.
 void gdn_split(Context& c, const GdnShape& s, GdnAlgorithm algorithm) {
-  const SeqInputs whole = gdn_inputs(c.rng, s, {{0, 192, 0}});
-  const SeqOp op = gdn_op(s.nk, algorithm);
-  const SequenceOutputs one = op(c.gpu, whole);
-  SeqInputs first = whole, second = whole;
-  first.batch = {{0, 64, 0}};
-  second.batch = {{0, 128, 64}};
-  for (size_t r = 0; r < whole.rows.size(); ++r) {
-    first.rows[r] = whole.rows[r].rows(0, 64);
-    second.rows[r] = whole.rows[r].rows(64, 192);
-  }
-  const SequenceOutputs a = op(c.gpu, first);
-  second.states = a.states;
-  const SequenceOutputs b = op(c.gpu, second);
-  const std::string what = gdn_label(s, algorithm) + " 64 + 128 vs 192";
-  c.verdict.same_bits(what + " rows [0, 64)", a.rows, clone(one.rows.rows(0, 64)));
-  c.verdict.same_bits(what + " rows [64, 192)", b.rows, clone(one.rows.rows(64, 192)));
-  c.verdict.same_bits(what + " state", b.states[0], one.states[0]);
+  judge_split(c, gdn_label(s, algorithm), gdn_inputs(c.rng, s, {{0, 192, 0}}), gdn_op(s.nk, algorithm));
 }
 
 const GdnShape kSmall{2, 6, 16, 24}, kLarge{2, 4, 128, 128};

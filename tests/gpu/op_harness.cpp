@@ -210,12 +210,6 @@ std::string seed_note() {
 
 // --- Tensors ---
 
-Tensor clone(const Tensor& host) {
-  Tensor c = Tensor::zeros(host.dtype(), host.shape());
-  std::memcpy(c.data(), host.data(), host.nbytes());
-  return c;
-}
-
 Tensor normal(std::mt19937_64& rng, const Shape& shape, float scale) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
@@ -331,6 +325,25 @@ SequenceOutputs judge_sequences(Context& c, const std::string& what, const SeqIn
   check_sequences_alone(
       c.verdict, what, in.batch, got, [&](size_t i) { return op(c.gpu, in.alone(i)); }, [&] { return op(c.gpu, in); });
   return got;
+}
+
+void judge_split(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op) {
+  const SequenceOutputs one = op(c.gpu, whole);
+  SeqInputs first = whole, second = whole;
+  first.batch = {{0, 64, 0}};
+  second.batch = {{0, 128, 64}};
+  for (size_t r = 0; r < whole.rows.size(); ++r) {
+    first.rows[r] = whole.rows[r].rows(0, 64);
+    second.rows[r] = whole.rows[r].rows(64, 192);
+  }
+  const SequenceOutputs a = op(c.gpu, first);
+  second.states = a.states;
+  const SequenceOutputs b = op(c.gpu, second);
+  const std::string label = what + " 64 + 128 vs 192";
+  c.verdict.same_bits(label + " rows [0, 64)", a.rows, clone(one.rows.rows(0, 64)));
+  c.verdict.same_bits(label + " rows [64, 192)", b.rows, clone(one.rows.rows(64, 192)));
+  for (size_t i = 0; i < one.states.size(); ++i)
+    c.verdict.same_bits(label + " state " + std::to_string(i), b.states[i], one.states[i]);
 }
 
 std::vector<BatchRows> standard_batches(std::mt19937_64& rng) {

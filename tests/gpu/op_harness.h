@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/fault.h"
 #include "core/tensor.h"
+#include "support/tensors.h"
 
 namespace plumb::harness {
 
@@ -103,7 +104,7 @@ std::string seed_note();
 
 // --- Tensors ---
 // A host copy with its own memory (the CPU backend's upload shares memory with the host tensor).
-Tensor clone(const Tensor& host);
+using test::clone;
 // Host F32 tensor of N(0, scale) values.
 Tensor normal(std::mt19937_64& rng, const Shape& shape, float scale = 1.0f);
 // Host F32 tensor of U(lo, hi) values.
@@ -160,6 +161,9 @@ using SeqOp = std::function<SequenceOutputs(Backend&, const SeqInputs&)>;
 SequenceOutputs judge_sequences(Context& c, const std::string& what, const SeqInputs& in, const SeqOp& op,
                                 const std::vector<double>& rows_bound,
                                 const std::vector<std::vector<double>>& state_bounds);
+// Splitting a single 192-token sequence (`whole`, batch {{0, 192, 0}}) into calls of 64 + 128 tokens, the states
+// carried between them, must give the one call's rows and final states bit for bit.
+void judge_split(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op);
 // The batches every per-sequence case runs: single sequences of 1, 63, 64, 65 and 1000 tokens (odd ones with a
 // past of 37), a ragged batch of 3 with pasts, and a ragged batch of 64 (a third of them decoding one token).
 std::vector<BatchRows> standard_batches(std::mt19937_64& rng);

@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "support/random.h"
+#include "support/tensors.h"
 
 namespace plumb {
 namespace {
@@ -55,16 +56,6 @@ GdnInputs random_gdn_inputs(std::mt19937_64& rng, int64_t T, int64_t nk, int64_t
   return in;
 }
 
-Tensor clone(const Tensor& t) {
-  Tensor c = Tensor::zeros(t.dtype(), t.shape());
-  std::memcpy(c.data(), t.data(), t.nbytes());
-  return c;
-}
-
-bool same_bits(const Tensor& x, const Tensor& y) {
-  return x.nbytes() == y.nbytes() && std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
-}
-
 // One sequence's call on rows [begin, end) of `in`, its state holding `past` tokens. o [end - begin, nv, dv].
 void run_gdn(CpuBackend& be, const GdnInputs& in, int64_t begin, int64_t end, int64_t past, Tensor& state, Tensor& o,
              GdnAlgorithm algorithm) {
@@ -81,7 +72,7 @@ TEST_P(GdnShapes, ChunkedMatchesRecurrent) {
   std::mt19937_64 rng(seed);
   CpuBackend be;
   GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
-  Tensor state_rec = clone(in.state), state_chunk = clone(in.state);
+  Tensor state_rec = test::clone(in.state), state_chunk = test::clone(in.state);
   Tensor o_rec = Tensor::zeros(DType::kF32, {T, nv, dv}), o_chunk = Tensor::zeros(DType::kF32, {T, nv, dv});
   run_gdn(be, in, 0, T, 0, state_rec, o_rec, GdnAlgorithm::kRecurrent);
   run_gdn(be, in, 0, T, 0, state_chunk, o_chunk, GdnAlgorithm::kChunked);
@@ -100,7 +91,7 @@ TEST(GatedDeltaRule, RecurrentMatchesDoublePrecisionTranscription) {
   std::mt19937_64 rng(7);
   CpuBackend be;
   GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
-  Tensor state = clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
+  Tensor state = test::clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
   run_gdn(be, in, 0, T, 0, state, o, GdnAlgorithm::kRecurrent);
   for (int64_t h = 0; h < nv; ++h) {
     std::vector<double> S(dk * dv);
@@ -147,7 +138,7 @@ TEST(GatedDeltaRule, ValueHeadsReadTheirKeyHead) {
   std::mt19937_64 rng(21);
   CpuBackend be;
   GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
-  Tensor state = clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
+  Tensor state = test::clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
   run_gdn(be, in, 0, T, 0, state, o, GdnAlgorithm::kRecurrent);
   for (int64_t kh = 0; kh < nk; ++kh) {
     // Key head kh alone, with its value heads [kh·group, (kh + 1)·group).
@@ -188,9 +179,9 @@ TEST(GatedDeltaRule, StateCarriesAcrossCalls) {
   CpuBackend be;
   GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
   for (GdnAlgorithm algorithm : {GdnAlgorithm::kRecurrent, GdnAlgorithm::kChunked}) {
-    Tensor whole_state = clone(in.state), o_whole = Tensor::zeros(DType::kF32, {T, nv, dv});
+    Tensor whole_state = test::clone(in.state), o_whole = Tensor::zeros(DType::kF32, {T, nv, dv});
     run_gdn(be, in, 0, T, 0, whole_state, o_whole, algorithm);
-    Tensor state = clone(in.state), o_parts = Tensor::zeros(DType::kF32, {T, nv, dv});
+    Tensor state = test::clone(in.state), o_parts = Tensor::zeros(DType::kF32, {T, nv, dv});
     for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, split}, {split, T}}) {
       Tensor o = o_parts.rows(begin, end);
       run_gdn(be, in, begin, end, begin, state, o, algorithm);
@@ -210,7 +201,7 @@ TEST(GatedDeltaRule, ChunkedFromAPartialFirstChunkMatchesRecurrent) {
   CpuBackend be;
   for (int64_t T : {2, 28, 29, 100, 157}) {
     GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
-    Tensor state_rec = clone(in.state), state_chunk = clone(in.state);
+    Tensor state_rec = test::clone(in.state), state_chunk = test::clone(in.state);
     Tensor o_rec = Tensor::zeros(DType::kF32, {T, nv, dv}), o_chunk = Tensor::zeros(DType::kF32, {T, nv, dv});
     run_gdn(be, in, 0, T, past, state_rec, o_rec, GdnAlgorithm::kRecurrent);
     run_gdn(be, in, 0, T, past, state_chunk, o_chunk, GdnAlgorithm::kChunked);
@@ -243,9 +234,9 @@ TEST_P(GdnAlignedSplits, ChunkedSplitAtChunkBoundariesIsBitIdentical) {
   std::mt19937_64 rng(seed);
   CpuBackend be;
   GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
-  Tensor whole_state = clone(in.state), o_whole = Tensor::zeros(DType::kF32, {T, nv, dv});
+  Tensor whole_state = test::clone(in.state), o_whole = Tensor::zeros(DType::kF32, {T, nv, dv});
   run_gdn(be, in, 0, T, p.past, whole_state, o_whole, GdnAlgorithm::kChunked);
-  Tensor state = clone(in.state), o_parts = Tensor::zeros(DType::kF32, {T, nv, dv});
+  Tensor state = test::clone(in.state), o_parts = Tensor::zeros(DType::kF32, {T, nv, dv});
   std::vector<int64_t> bounds = {0};
   bounds.insert(bounds.end(), p.splits.begin(), p.splits.end());
   bounds.push_back(T);
@@ -253,8 +244,8 @@ TEST_P(GdnAlignedSplits, ChunkedSplitAtChunkBoundariesIsBitIdentical) {
     Tensor o = o_parts.rows(bounds[i], bounds[i + 1]);
     run_gdn(be, in, bounds[i], bounds[i + 1], p.past + bounds[i], state, o, GdnAlgorithm::kChunked);
   }
-  EXPECT_TRUE(same_bits(o_whole, o_parts)) << test::max_abs_diff(o_whole, o_parts);
-  EXPECT_TRUE(same_bits(whole_state, state)) << test::max_abs_diff(whole_state, state);
+  EXPECT_TRUE(test::same_bits(o_whole, o_parts)) << test::max_abs_diff(o_whole, o_parts);
+  EXPECT_TRUE(test::same_bits(whole_state, state)) << test::max_abs_diff(whole_state, state);
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, GdnAlignedSplits,
@@ -283,17 +274,17 @@ TEST(GatedDeltaRule, BatchedCallIsBitIdenticalToEachSequenceAlone) {
   for (size_t s = 0; s < kRaggedBatch.size(); ++s) initial.push_back(test::random_tensor(rng, {nv, dk, dv}, 0.5f));
   for (GdnAlgorithm algorithm : {GdnAlgorithm::kRecurrent, GdnAlgorithm::kChunked}) {
     std::vector<Tensor> batched_states;
-    for (const Tensor& s : initial) batched_states.push_back(clone(s));
+    for (const Tensor& s : initial) batched_states.push_back(test::clone(s));
     std::vector<Tensor*> states;
     for (Tensor& s : batched_states) states.push_back(&s);
     Tensor o = Tensor::zeros(DType::kF32, {T, nv, dv});
     be.gated_delta_rule(in.qkv, nk, in.a, in.b, in.A_log, in.dt_bias, states, kRaggedBatch, o, algorithm);
     for (size_t s = 0; s < kRaggedBatch.size(); ++s) {
       const SequenceRows& seq = kRaggedBatch[s];
-      Tensor alone_state = clone(initial[s]), alone_o = Tensor::zeros(DType::kF32, {seq.count, nv, dv});
+      Tensor alone_state = test::clone(initial[s]), alone_o = Tensor::zeros(DType::kF32, {seq.count, nv, dv});
       run_gdn(be, in, seq.begin, seq.begin + seq.count, seq.past, alone_state, alone_o, algorithm);
-      EXPECT_TRUE(same_bits(o.rows(seq.begin, seq.begin + seq.count), alone_o)) << "sequence " << s;
-      EXPECT_TRUE(same_bits(batched_states[s], alone_state)) << "sequence " << s;
+      EXPECT_TRUE(test::same_bits(o.rows(seq.begin, seq.begin + seq.count), alone_o)) << "sequence " << s;
+      EXPECT_TRUE(test::same_bits(batched_states[s], alone_state)) << "sequence " << s;
     }
   }
 }
@@ -307,18 +298,18 @@ TEST(CausalConv1d, BatchedCallIsBitIdenticalToEachSequenceAlone) {
   const Tensor x = test::random_tensor(rng, {T, C}), w = test::random_tensor(rng, {C, K});
   std::vector<Tensor> initial, batched_states;
   for (size_t s = 0; s < kRaggedBatch.size(); ++s) initial.push_back(test::random_tensor(rng, {C, K - 1}));
-  for (const Tensor& s : initial) batched_states.push_back(clone(s));
+  for (const Tensor& s : initial) batched_states.push_back(test::clone(s));
   std::vector<Tensor*> states;
   for (Tensor& s : batched_states) states.push_back(&s);
   Tensor y = Tensor::zeros(DType::kF32, {T, C});
   be.causal_conv1d_silu(x, w, states, kRaggedBatch, y);
   for (size_t s = 0; s < kRaggedBatch.size(); ++s) {
     const SequenceRows& seq = kRaggedBatch[s];
-    Tensor alone_state = clone(initial[s]), alone_y = Tensor::zeros(DType::kF32, {seq.count, C});
+    Tensor alone_state = test::clone(initial[s]), alone_y = Tensor::zeros(DType::kF32, {seq.count, C});
     be.causal_conv1d_silu(x.rows(seq.begin, seq.begin + seq.count), w, {&alone_state},
                           BatchRows{SequenceRows{0, seq.count, seq.past}}, alone_y);
-    EXPECT_TRUE(same_bits(y.rows(seq.begin, seq.begin + seq.count), alone_y)) << "sequence " << s;
-    EXPECT_TRUE(same_bits(batched_states[s], alone_state)) << "sequence " << s;
+    EXPECT_TRUE(test::same_bits(y.rows(seq.begin, seq.begin + seq.count), alone_y)) << "sequence " << s;
+    EXPECT_TRUE(test::same_bits(batched_states[s], alone_state)) << "sequence " << s;
   }
   // Each sequence's first output reads its own history, not the rows of the sequence before it.
   const SequenceRows& second = kRaggedBatch[1];
@@ -355,7 +346,7 @@ TEST(GatedDeltaRule, RefusesBadBatchLayouts) {
   std::mt19937_64 rng(5);
   CpuBackend be;
   const GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
-  Tensor s0 = clone(in.state), s1 = clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
+  Tensor s0 = test::clone(in.state), s1 = test::clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
   const auto call = [&](const std::vector<Tensor*>& states, const BatchRows& batch) {
     be.gated_delta_rule(in.qkv, nk, in.a, in.b, in.A_log, in.dt_bias, states, batch, o, GdnAlgorithm::kChunked);
   };
@@ -363,8 +354,8 @@ TEST(GatedDeltaRule, RefusesBadBatchLayouts) {
   EXPECT_THROW(call({&s0, &s1}, {{0, 2, 0}, {2, 3, 0}}), Error);  // short of T
   EXPECT_THROW(call({&s0}, {{0, 2, 0}, {2, 4, 0}}), Error);       // one state for two sequences
   EXPECT_THROW(call({&s0, &s1}, {{0, 0, 0}, {0, 6, 0}}), Error);  // an empty sequence
-  EXPECT_TRUE(same_bits(s0, in.state));
-  EXPECT_TRUE(same_bits(s1, in.state));
+  EXPECT_TRUE(test::same_bits(s0, in.state));
+  EXPECT_TRUE(test::same_bits(s1, in.state));
   Tensor conv_state = Tensor::zeros(DType::kF32, {3, 3}), y = Tensor::zeros(DType::kF32, {T, 3});
   EXPECT_THROW(be.causal_conv1d_silu(Tensor::zeros(DType::kF32, {T, 3}), Tensor::zeros(DType::kF32, {3, 4}),
                                      {&conv_state}, {{0, 5, 0}}, y),

@@ -7,19 +7,10 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "support/random.h"
+#include "support/tensors.h"
 
 namespace plumb {
 namespace {
-
-Tensor clone(const Tensor& t) {
-  Tensor c = Tensor::zeros(t.dtype(), t.shape());
-  std::memcpy(c.data(), t.data(), t.nbytes());
-  return c;
-}
-
-bool same_bits(const Tensor& x, const Tensor& y) {
-  return x.nbytes() == y.nbytes() && std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
-}
 
 class CpuOps : public ::testing::Test {
  protected:
@@ -91,14 +82,14 @@ TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
   const Tensor q = test::random_tensor(rng_, {T, nq, d});
   // Keys and values by position: rows [0, past) are already cached, rows [past, past + T) arrive with the call.
   const Tensor k = test::random_tensor(rng_, {capacity, nkv, d}), v = test::random_tensor(rng_, {capacity, nkv, d});
-  KvCache cache{clone(k), clone(v)};
+  KvCache cache{test::clone(k), test::clone(v)};
   // Rows the call must overwrite hold garbage, so reading the cache before writing it would show.
   for (int64_t i = past * nkv * d; i < capacity * nkv * d; ++i) cache.k.f32()[i] = cache.v.f32()[i] = 1e3f;
   Tensor o = Tensor::zeros(DType::kF32, {T, nq, d});
   be_.attention(q, k.rows(past, past + T), v.rows(past, past + T), {&cache}, BatchRows{SequenceRows{0, T, past}}, o);
   // The new keys and values land at their positions; later rows are untouched.
-  EXPECT_TRUE(same_bits(cache.k.rows(0, past + T), k.rows(0, past + T)));
-  EXPECT_TRUE(same_bits(cache.v.rows(0, past + T), v.rows(0, past + T)));
+  EXPECT_TRUE(test::same_bits(cache.k.rows(0, past + T), k.rows(0, past + T)));
+  EXPECT_TRUE(test::same_bits(cache.v.rows(0, past + T), v.rows(0, past + T)));
   EXPECT_EQ(cache.k.f32()[(past + T) * nkv * d], 1e3f);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < nq; ++h) {
@@ -133,7 +124,7 @@ TEST_F(CpuOps, BatchedAttentionIsBitIdenticalToEachSequenceAlone) {
     // Capacity past + count + 3: room beyond the last position, which must stay as it was.
     const int64_t capacity = seq.past + seq.count + 3;
     initial.push_back({test::random_tensor(rng_, {capacity, nkv, d}), test::random_tensor(rng_, {capacity, nkv, d})});
-    batched.push_back({clone(initial.back().k), clone(initial.back().v)});
+    batched.push_back({test::clone(initial.back().k), test::clone(initial.back().v)});
   }
   std::vector<KvCache*> caches;
   for (KvCache& c : batched) caches.push_back(&c);
@@ -141,13 +132,13 @@ TEST_F(CpuOps, BatchedAttentionIsBitIdenticalToEachSequenceAlone) {
   be_.attention(q, k, v, caches, batch, o);
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t begin = batch[s].begin, end = begin + batch[s].count;
-    KvCache alone{clone(initial[s].k), clone(initial[s].v)};
+    KvCache alone{test::clone(initial[s].k), test::clone(initial[s].v)};
     Tensor alone_o = Tensor::zeros(DType::kF32, {end - begin, nq, d});
     be_.attention(q.rows(begin, end), k.rows(begin, end), v.rows(begin, end), {&alone},
                   BatchRows{SequenceRows{0, end - begin, batch[s].past}}, alone_o);
-    EXPECT_TRUE(same_bits(o.rows(begin, end), alone_o)) << "sequence " << s;
-    EXPECT_TRUE(same_bits(batched[s].k, alone.k)) << "sequence " << s;
-    EXPECT_TRUE(same_bits(batched[s].v, alone.v)) << "sequence " << s;
+    EXPECT_TRUE(test::same_bits(o.rows(begin, end), alone_o)) << "sequence " << s;
+    EXPECT_TRUE(test::same_bits(batched[s].k, alone.k)) << "sequence " << s;
+    EXPECT_TRUE(test::same_bits(batched[s].v, alone.v)) << "sequence " << s;
   }
 }
 
@@ -237,7 +228,7 @@ TEST_F(CpuOps, MoeExpertsReadOnlyTheRoutedExpertsSlab) {
   SCOPED_TRACE(trace());
   const int64_t T = 2, H = 8, I = 3, E = 4, top_k = 1;
   const ExpertWeights experts{test::random_tensor(rng_, {E, 2 * I, H}), test::random_tensor(rng_, {E, H, I})};
-  ExpertWeights other{clone(experts.gate_up), clone(experts.down)};
+  ExpertWeights other{test::clone(experts.gate_up), test::clone(experts.down)};
   for (int64_t e : {0, 1, 3}) {
     for (int64_t i = 0; i < 2 * I * H; ++i) other.gate_up.f32()[e * 2 * I * H + i] += 1.0f;
     for (int64_t i = 0; i < H * I; ++i) other.down.f32()[e * H * I + i] -= 1.0f;
@@ -248,7 +239,7 @@ TEST_F(CpuOps, MoeExpertsReadOnlyTheRoutedExpertsSlab) {
   Tensor y = Tensor::zeros(DType::kF32, {T, H}), y_other = Tensor::zeros(DType::kF32, {T, H});
   be_.moe_experts(x, ids, weights, experts, y);
   be_.moe_experts(x, ids, weights, other, y_other);
-  EXPECT_TRUE(same_bits(y, y_other));
+  EXPECT_TRUE(test::same_bits(y, y_other));
 }
 
 TEST_F(CpuOps, MemoryAndKvDtypeOfTheReference) {

@@ -36,10 +36,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                            const BatchRows& batch, Tensor& o) {
   const int64_t T = q.dim(0), nq = q.dim(1), d = q.dim(2), nkv = k.dim(1);
   PLUMB_CHECK(nq % nkv == 0, "attention: {} query heads are not a multiple of {} KV heads", nq, nkv);
-  cpu::expect_shape(k, {T, nkv, d}, "attention", "k");
-  cpu::expect_shape(v, {T, nkv, d}, "attention", "v");
-  cpu::expect_shape(o, q.shape(), "attention", "o");
-  cpu::expect_batch(batch, T, caches.size(), "attention");
+  expect_shape(k, {T, nkv, d}, "attention", "k");
+  expect_shape(v, {T, nkv, d}, "attention", "v");
+  expect_shape(o, q.shape(), "attention", "o");
+  expect_batch(batch, T, caches.size(), "attention");
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
@@ -48,7 +48,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                     cache.k.dim(2) == d && cache.k.dtype() == DType::kF32,
                 "attention: cache {} cannot hold {} positions of {} KV heads of {}", shape_str(cache.k.shape()),
                 seq.past + seq.count, nkv, d);
-    cpu::expect_shape(cache.v, cache.k.shape(), "attention", "v cache");
+    expect_shape(cache.v, cache.k.shape(), "attention", "v cache");
     const size_t row_bytes = static_cast<size_t>(nkv * d) * sizeof(float);
     std::memcpy(cache.k.f32() + seq.past * nkv * d, k.f32() + seq.begin * nkv * d, seq.count * row_bytes);
     std::memcpy(cache.v.f32() + seq.past * nkv * d, v.f32() + seq.begin * nkv * d, seq.count * row_bytes);

@@ -28,22 +28,6 @@ const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch)
   return scratch.data();
 }
 
-void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
-  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
-}
-
-void expect_batch(const BatchRows& batch, int64_t rows, size_t states, const char* op) {
-  PLUMB_CHECK(batch.size() == states, "{}: {} sequences but {} states", op, batch.size(), states);
-  int64_t next = 0;
-  for (const SequenceRows& s : batch) {
-    PLUMB_CHECK(s.begin == next && s.count > 0 && s.past >= 0,
-                "{}: sequence rows [{}, +{}) (past {}) do not continue the batch at row {}", op, s.begin, s.count,
-                s.past, next);
-    next += s.count;
-  }
-  PLUMB_CHECK(next == rows, "{}: the batch covers {} rows of {}", op, next, rows);
-}
-
 }  // namespace cpu
 
 namespace {
@@ -79,7 +63,7 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
 void CpuBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) {
   const int64_t vocab = table.dim(0), hidden = table.dim(1);
   expect_f32(out, "embedding", "out");
-  cpu::expect_shape(out, {static_cast<int64_t>(ids.size()), hidden}, "embedding", "out");
+  expect_shape(out, {static_cast<int64_t>(ids.size()), hidden}, "embedding", "out");
   std::vector<float> scratch;
   for (size_t t = 0; t < ids.size(); ++t) {
     PLUMB_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} is out of range for vocabulary size {}", ids[t], vocab);
@@ -94,7 +78,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t rows = x.dim(0), k = x.dim(1), n_out = w.dim(0);
   PLUMB_CHECK(w.rank() == 2 && w.dim(1) == k, "linear: weight {} does not match input {}", shape_str(w.shape()),
               shape_str(x.shape()));
-  cpu::expect_shape(y, {rows, n_out}, "linear", "y");
+  expect_shape(y, {rows, n_out}, "linear", "y");
   const float* px = x.f32();
   float* py = y.f32();
   // Output features are split across threads; each y element is one dot product in a fixed order.

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "ops/backend.h"
+#include "ops/checks.h"
 
 namespace plumb {
 
@@ -69,10 +70,6 @@ inline float softplus(float x) {
 float dot(const float* a, const float* b, int64_t n);
 // Row n of a weight matrix [N, K] as F32: a pointer into w when it is F32, else converted into scratch.
 const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch);
-// Checks a tensor's shape, naming the op and the argument.
-void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg);
-// Checks that a batch covers rows [0, rows) of its token-major tensors in order, with one state per sequence.
-void expect_batch(const BatchRows& batch, int64_t rows, size_t states, const char* op);
 
 }  // namespace cpu
 }  // namespace plumb

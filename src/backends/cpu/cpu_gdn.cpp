@@ -169,10 +169,10 @@ void delta_rule_chunked(const HeadInputs& in, int64_t past, float* S, float* o) 
 void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
                                     const BatchRows& batch, Tensor& y) {
   const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
-  cpu::expect_shape(w, {C, K}, "causal_conv1d_silu", "w");
-  cpu::expect_shape(y, {T, C}, "causal_conv1d_silu", "y");
-  cpu::expect_batch(batch, T, states.size(), "causal_conv1d_silu");
-  for (const Tensor* state : states) cpu::expect_shape(*state, {C, K - 1}, "causal_conv1d_silu", "state");
+  expect_shape(w, {C, K}, "causal_conv1d_silu", "w");
+  expect_shape(y, {T, C}, "causal_conv1d_silu", "y");
+  expect_batch(batch, T, states.size(), "causal_conv1d_silu");
+  for (const Tensor* state : states) expect_shape(*state, {C, K - 1}, "causal_conv1d_silu", "state");
   const float *px = x.f32(), *pw = w.f32();
   float* py = y.f32();
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -203,13 +203,13 @@ void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Te
   PLUMB_CHECK(!states.empty() && states[0]->rank() == 3, "{}: states must be [nv, dk, dv]", op);
   const int64_t dk = states[0]->dim(1);
   PLUMB_CHECK(nk > 0 && nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
-  cpu::expect_shape(qkv, {T, 2 * nk * dk + nv * dv}, op, "qkv");
-  cpu::expect_shape(a, {T, nv}, op, "a");
-  cpu::expect_shape(b, {T, nv}, op, "b");
-  cpu::expect_shape(A_log, {nv}, op, "A_log");
-  cpu::expect_shape(dt_bias, {nv}, op, "dt_bias");
-  cpu::expect_batch(batch, T, states.size(), op);
-  for (const Tensor* state : states) cpu::expect_shape(*state, {nv, dk, dv}, op, "state");
+  expect_shape(qkv, {T, 2 * nk * dk + nv * dv}, op, "qkv");
+  expect_shape(a, {T, nv}, op, "a");
+  expect_shape(b, {T, nv}, op, "b");
+  expect_shape(A_log, {nv}, op, "A_log");
+  expect_shape(dt_bias, {nv}, op, "dt_bias");
+  expect_batch(batch, T, states.size(), op);
+  for (const Tensor* state : states) expect_shape(*state, {nv, dk, dv}, op, "state");
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
     parallel_for(nv, 1, [&](int64_t h_begin, int64_t h_end) {

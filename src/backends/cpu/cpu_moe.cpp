@@ -13,8 +13,8 @@ void CpuBackend::moe_route(const Tensor& logits, int64_t top_k, bool renormalize
   const int64_t T = logits.dim(0), E = logits.dim(1);
   PLUMB_CHECK(top_k >= 1 && top_k <= E, "moe_route: top_k {} for {} experts", top_k, E);
   PLUMB_CHECK(expert_ids.dtype() == DType::kI32, "moe_route: expert_ids must be I32");
-  cpu::expect_shape(expert_ids, {T, top_k}, "moe_route", "expert_ids");
-  cpu::expect_shape(expert_weights, {T, top_k}, "moe_route", "expert_weights");
+  expect_shape(expert_ids, {T, top_k}, "moe_route", "expert_ids");
+  expect_shape(expert_weights, {T, top_k}, "moe_route", "expert_weights");
   std::vector<float> p(E);
   std::vector<int32_t> order(E);
   for (int64_t t = 0; t < T; ++t) {
@@ -40,10 +40,10 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
                              const ExpertWeights& experts, Tensor& y) {
   const int64_t T = x.dim(0), H = x.dim(1), top_k = expert_ids.dim(1);
   const int64_t E = experts.gate_up.dim(0), inter = experts.down.dim(2);
-  cpu::expect_shape(experts.gate_up, {E, 2 * inter, H}, "moe_experts", "gate_up");
-  cpu::expect_shape(experts.down, {E, H, inter}, "moe_experts", "down");
-  cpu::expect_shape(expert_weights, {T, top_k}, "moe_experts", "expert_weights");
-  cpu::expect_shape(y, {T, H}, "moe_experts", "y");
+  expect_shape(experts.gate_up, {E, 2 * inter, H}, "moe_experts", "gate_up");
+  expect_shape(experts.down, {E, H, inter}, "moe_experts", "down");
+  expect_shape(expert_weights, {T, top_k}, "moe_experts", "expert_weights");
+  expect_shape(y, {T, H}, "moe_experts", "y");
   parallel_for(T, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch, gate, up, act;
     for (int64_t t = begin; t < end; ++t) {

@@ -37,7 +37,6 @@ void CpuBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   });
 }
 
-
 // Per row, straightforwardly. Temperature 0: the first largest logit. Otherwise, with s = (l - max l) · (1 / T) in
 // F32: sort the tokens by s, highest first, equal s to the lower id; keep the first top_k; weigh each by exp(s),
 // summed in double in that order (the softmax numerators: dividing by their total would scale both sides of every
@@ -52,7 +51,7 @@ void CpuBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDraw
   PLUMB_CHECK(vocab >= 1 && vocab <= std::numeric_limits<int32_t>::max(),
               "sample_tokens: vocabulary of {} tokens, expected 1 to 2^31 - 1", vocab);
   PLUMB_CHECK(ids.dtype() == DType::kI32, "sample_tokens: ids are {}, expected I32", dtype_name(ids.dtype()));
-  cpu::expect_shape(ids, {rows}, "sample_tokens", "ids");
+  expect_shape(ids, {rows}, "sample_tokens", "ids");
   for (int64_t r = 0; r < rows; ++r) check_token_draw(draws[r], r);
 
   std::vector<float> s(vocab);

@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.h"
 #include "core/error.h"
+#include "ops/checks.h"
 
 namespace plumb {
 namespace {
@@ -27,10 +28,6 @@ void expect_gpu_tensor(const Tensor& t, DType dtype, int rank, const char* op, c
 // The attention kernels move 16-byte vectors.
 void expect_aligned(const Tensor& t, const char* op, const char* arg) {
   PLUMB_CHECK(reinterpret_cast<uintptr_t>(t.data()) % 16 == 0, "{}: {} is not 16-byte aligned", op, arg);
-}
-
-void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
-  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
 }
 
 size_t round_up_16(size_t bytes) {
@@ -92,7 +89,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   PLUMB_CHECK(d % 8 == 0 && d >= 8 && d <= cuda::kAttentionMaxHeadDim,
               "attention: head dim {} is not a multiple of 8 in [8, {}]", d, cuda::kAttentionMaxHeadDim);
   PLUMB_CHECK(T <= kInt32Max && nq <= kInt32Max, "attention: q {} too large", shape_str(q.shape()));
-  PLUMB_CHECK(caches.size() == batch.size(), "attention: {} caches for {} sequences", caches.size(), batch.size());
+  expect_batch(batch, T, caches.size(), "attention");
   const int64_t group = nq / nkv;
 
   // Per sequence: its caches and rows; per row: its owner; per CTA: a tile of kAttentionTileRows (token, head) rows.
@@ -111,18 +108,12 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     PLUMB_CHECK(cache.k.dim(1) == nkv && cache.k.dim(2) == d,
                 "attention: sequence {}'s k_cache {} for {} KV heads of {}", i, shape_str(cache.k.shape()), nkv, d);
     expect_shape(cache.v, cache.k.shape(), "attention", "v_cache");
-    PLUMB_CHECK(rows.begin >= 0 && rows.count >= 0 && rows.past >= 0 && rows.begin + rows.count <= T,
-                "attention: sequence {} rows [{}, {}) past {} outside {} tokens", i, rows.begin,
-                rows.begin + rows.count, rows.past, T);
     PLUMB_CHECK(rows.past + rows.count <= cache.k.dim(0),
                 "attention: sequence {}'s cache {} too small for {} positions", i, shape_str(cache.k.shape()),
                 rows.past + rows.count);
     PLUMB_CHECK(rows.count * group <= kInt32Max, "attention: sequence {} has too many rows ({})", i, rows.count);
     sequences[i] = {cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), rows.begin, rows.count, rows.past};
-    for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) {
-      PLUMB_CHECK(row_sequence[r] < 0, "attention: row {} belongs to sequences {} and {}", r, row_sequence[r], i);
-      row_sequence[r] = static_cast<int32_t>(i);
-    }
+    for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) row_sequence[r] = static_cast<int32_t>(i);
     for (int64_t first = 0; first < rows.count * group; first += cuda::kAttentionTileRows) {
       tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(first)});
       const int64_t last_row = std::min(first + cuda::kAttentionTileRows, rows.count * group) - 1;

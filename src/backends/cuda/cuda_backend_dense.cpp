@@ -12,6 +12,7 @@
 #include "backends/cuda/kernels/sample.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
+#include "ops/checks.h"
 
 namespace plumb {
 namespace {
@@ -21,10 +22,6 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 void expect_gpu(const Tensor& t, DType dtype, const char* op, const char* arg) {
   PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
   PLUMB_CHECK(t.dtype() == dtype, "{}: {} is {}, expected {}", op, arg, dtype_name(t.dtype()), dtype_name(dtype));
-}
-
-void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
-  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
 }
 
 void expect_same_numel(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
@@ -49,7 +46,6 @@ int64_t norm_rows(const Tensor& x, const Tensor& w, const Tensor& y, const char*
   PLUMB_CHECK(rows / 8 < kInt32Max, "{}: {} rows are too many for one launch", op, rows);
   return rows;
 }
-
 
 }  // namespace
 

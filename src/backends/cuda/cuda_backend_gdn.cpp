@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/gdn.h"
 #include "core/error.h"
+#include "ops/checks.h"
 
 namespace plumb {
 namespace {
@@ -22,27 +23,6 @@ void expect_gpu_f32(const Tensor& t, int rank, const char* op, const char* arg) 
   PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
   PLUMB_CHECK(t.dtype() == DType::kF32, "{}: {} is {}, expected F32", op, arg, dtype_name(t.dtype()));
   PLUMB_CHECK(t.rank() == rank, "{}: {} has shape {}, expected rank {}", op, arg, shape_str(t.shape()), rank);
-}
-
-void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
-  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));
-}
-
-// Checks the batch against T rows: each sequence's rows inside [0, T), and no row claimed twice (two sequences
-// writing one row of the output would race).
-void expect_batch(const BatchRows& batch, size_t states, int64_t T, const char* op) {
-  PLUMB_CHECK(states == batch.size(), "{}: {} states for {} sequences", op, states, batch.size());
-  std::vector<bool> owned(static_cast<size_t>(T), false);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceRows& rows = batch[i];
-    PLUMB_CHECK(rows.begin >= 0 && rows.count >= 0 && rows.past >= 0 && rows.begin + rows.count <= T,
-                "{}: sequence {} rows [{}, {}) past {} outside {} tokens", op, i, rows.begin, rows.begin + rows.count,
-                rows.past, T);
-    for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) {
-      PLUMB_CHECK(!owned[r], "{}: row {} belongs to two sequences", op, r);
-      owned[r] = true;
-    }
-  }
 }
 
 }  // namespace
@@ -61,7 +41,7 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
   PLUMB_CHECK(C <= kInt32Max, "{}: {} channels", op, C);
   // A tile reads the K-1 inputs before its first token, which the previous tile's outputs would have overwritten.
   PLUMB_CHECK(x.data() != y.data() || T == 0, "{}: y must not alias x", op);
-  expect_batch(batch, states.size(), T, op);
+  expect_batch(batch, T, states.size(), op);
 
   std::vector<cuda::ConvTile> tiles;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -113,7 +93,7 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   expect_shape(b, {T, nv}, op, "b");
   expect_shape(A_log, {nv}, op, "A_log");
   expect_shape(dt_bias, {nv}, op, "dt_bias");
-  expect_batch(batch, states.size(), T, op);
+  expect_batch(batch, T, states.size(), op);
 
   // Decode tokens (and every sequence under kRecurrent) go token by token; longer sequences under kChunked go in
   // chunks. A sequence's path depends on its own count alone, never on what shares the batch.

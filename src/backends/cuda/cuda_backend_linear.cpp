@@ -8,6 +8,7 @@
 #include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/linear.h"
 #include "core/error.h"
+#include "ops/checks.h"
 
 namespace plumb {
 namespace {
@@ -18,10 +19,6 @@ void expect_gpu(const Tensor& t, const char* op, const char* name) {
 
 void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
   PLUMB_CHECK(t.dtype() == dtype, "{}: {} must be {}, not {}", op, name, dtype_name(dtype), dtype_name(t.dtype()));
-}
-
-void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* name) {
-  PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, name, shape_str(t.shape()), shape_str(shape));
 }
 
 void expect_weight_dtype(const Tensor& w, const char* op, const char* name) {
