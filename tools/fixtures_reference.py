@@ -73,18 +73,22 @@ def forward_logits(model, ids):
     return model(input_ids=x, use_cache=False).logits[0].float()
 
 
-@torch.no_grad()
-def greedy(model, seed0, vocab=VOCAB, avoid_ids=()):
-    """A prompt (seed0, seed0+1, ...) whose 24-token greedy continuation has clear argmax margins everywhere and
-    contains none of avoid_ids (the default model's stop tokens)."""
+def greedy_config():
     from transformers import GenerationConfig
-    for attempt in range(64):
+    return GenerationConfig(max_new_tokens=GEN_TOKENS, do_sample=False, use_cache=True, eos_token_id=None,
+                            pad_token_id=None, bos_token_id=None, num_beams=1, output_logits=True,
+                            return_dict_in_generate=True)
+
+
+@torch.no_grad()
+def greedy(model, seed0, vocab=VOCAB, avoid_ids=(), accept=None, attempts=64):
+    """A prompt (seed0, seed0+1, ...) whose 24-token greedy continuation has clear argmax margins everywhere and
+    contains none of avoid_ids (the default model's stop tokens). accept(prompt, generated, min_gap), when given, may
+    refuse a candidate by returning the reason (tools/fixtures_bf16_greedy.py's further conditions)."""
+    for attempt in range(attempts):
         seed = seed0 + attempt
         prompt = np.random.default_rng(seed).integers(0, vocab, size=PROMPT_LEN).tolist()
-        gc = GenerationConfig(max_new_tokens=GEN_TOKENS, do_sample=False, use_cache=True,
-                              eos_token_id=None, pad_token_id=None, bos_token_id=None, num_beams=1,
-                              output_logits=True, return_dict_in_generate=True)
-        out = model.generate(torch.tensor([prompt]), generation_config=gc)
+        out = model.generate(torch.tensor([prompt]), generation_config=greedy_config())
         seq = out.sequences[0].tolist()
         gen = seq[PROMPT_LEN:]
         if len(gen) != GEN_TOKENS or set(gen) & set(avoid_ids):
@@ -98,9 +102,13 @@ def greedy(model, seed0, vocab=VOCAB, avoid_ids=()):
         argmax_ok = rows.argmax(-1).tolist() == gen
         min_gap = float(gaps.min())
         cache_diff = float((step_logits - rows).abs().max())
-        if argmax_ok and min_gap > MIN_GAP:
+        refusal = accept(prompt, gen, min_gap) if accept and argmax_ok and min_gap > MIN_GAP else None
+        if argmax_ok and min_gap > MIN_GAP and refusal is None:
             return dict(prompt=prompt, generated=gen, min_gap=min_gap, prompt_seed=seed,
                         cache_vs_nocache_max_abs_diff=cache_diff), rows
+        if refusal is not None:
+            log(f"  greedy seed {seed}: {refusal}; trying next seed")
+            continue
         log(f"  greedy seed {seed}: argmax_ok={argmax_ok} min_gap={min_gap:.3g}; trying next seed")
     raise RuntimeError("no prompt with a clear greedy margin")
 

@@ -3,10 +3,16 @@
 
 For each model folder:
   * logits: `plumb logits --device cuda --record-routing` for every reference prefill, against plumb's CPU reference
-    run with the GPU's expert choices (`--replay-routing`), held to the BF16 bound below. Same choices, because the
-    fixtures' routers have top-k margins down to 3e-6 (they were conditioned for FP32): a BF16 rounding anywhere flips
-    some choice, a discrete jump no arithmetic bound describes (docs/kernel-contract.md, "End to end"). The column
-    "free/bound" reports the GPU with its own routing against the transformers reference, for the record;
+    in the GPU's rounding (`--device cpu-bf16`: every operand the GPU rounds to BF16 for its tensor cores is rounded
+    the same way, everything else stays F32) run with the GPU's expert choices (`--replay-routing`), held to the bound
+    below. Same choices, because the fixtures' routers have top-k margins down to 3e-6 (they were conditioned for
+    FP32): a BF16 rounding anywhere flips some choice, a discrete jump no arithmetic bound describes. Same roundings,
+    because a random model amplifies a rounding difference through its layers well beyond any per-op bound: rounding
+    alone moves qwen3_next_chat's FP32 logits by 0.09 (2.1x the bound below), the GPU's own difference
+    (docs/kernel-contract.md, "End to end"). What is left between the GPU and this reference is the kernels' own
+    arithmetic: accumulation order, fast transcendentals, the online softmax's rescaling. The columns "fp32/bound"
+    (the GPU against the FP32 reference, same routing) and "rnd/bound" (the rounding reference against the FP32 one)
+    report the rest, for the record;
   * greedy: `plumb generate --device cuda` from the reference prompt gives exactly the reference's greedy ids;
   * exactness: `plumb logits --hash` prints the same hashes (logits and every layer's final recurrent, conv and KV
     state) on two runs, among 3 and 64 sequences (--batch) and with the prefill cut into 64-token calls;
@@ -15,13 +21,13 @@ Prints one line per model and a summary; exits non-zero on any failure.
 
     python3 tools/gpu_end_to_end.py --plumb build/device/bin/plumb
 
-The BF16 bound. On the GPU every matrix product rounds its activation operand to BF16 and the attention cache holds
-BF16 keys and values: each rounding has relative error at most 2^-9. A logit passes through about six such roundings
-per layer in series (mixer input, attention cache, mixer output projection input, MLP input, MLP down-projection
-input, and the lm_head input), so for the fixtures' 4-5 layers the accumulated relative error stays under
-30 · 2^-9 ≈ 6% in the worst case of aligned errors and far below it with random signs. We hold
-max |logit_gpu - logit_ref| ≤ 2^-5 · max |logit_ref| (≈ 3%), about half the worst case: tighter than the worst case
-because the roundings' signs are independent, and loose enough not to flag honest BF16 arithmetic.
+The bound. Against the rounding reference every rounded operand is the same value on both sides unless the two
+sides' F32 arithmetic before it differs by enough to move it across a BF16 rounding boundary; each such flip is one
+BF16 unit (2^-8 of the value) on one element, and flips are rare (F32 differences are ~2^-20 relative). A logit
+passes through about six roundings per layer in series, so even a flip at every rounding in a 4-5 layer fixture stays
+under 30 · 2^-9 ≈ 6% in the worst case of aligned errors. We hold
+max |logit_gpu - logit_ref| ≤ 2^-5 · max |logit_ref| (≈ 3%): the bound first written for the FP32 reference, kept,
+and far above what the kernels' own arithmetic should produce (the table shows the margin).
 """
 import argparse
 import json
@@ -56,31 +62,39 @@ def hashes(plumb, model, ids, extra):
 
 def check_model(plumb, model, work):
     ref = json.loads((model / "reference" / "reference.json").read_text())
-    problems, worst_ratio, worst_free = [], 0.0, 0.0
+    problems, ratios = [], dict(err=0.0, fp32=0.0, rnd=0.0)
     routing = work / "routing.json"
     for prefill in ref["prefills"]:
         expected = np.load(model / "reference" / prefill["logits"])
         gpu = logits(plumb, model, prefill["ids"], "cuda", work, ["--record-routing", str(routing)])
-        cpu = logits(plumb, model, prefill["ids"], "cpu", work, ["--replay-routing", str(routing)])
+        rounded = logits(plumb, model, prefill["ids"], "cpu-bf16", work, ["--replay-routing", str(routing)])
+        fp32 = logits(plumb, model, prefill["ids"], "cpu", work, ["--replay-routing", str(routing)])
         bound = RELATIVE_BOUND * float(np.abs(expected).max())
-        diff = float(np.abs(gpu - cpu).max())
-        worst_ratio = max(worst_ratio, diff / bound)
-        worst_free = max(worst_free, float(np.abs(gpu - expected).max()) / bound)
+        diff = float(np.abs(gpu - rounded).max())
+        for key, value in (("err", diff), ("fp32", float(np.abs(gpu - fp32).max())),
+                           ("rnd", float(np.abs(rounded - fp32).max()))):
+            ratios[key] = max(ratios[key], value / bound)
         if not diff <= bound:  # NaN fails
             problems.append(f"logits of {len(prefill['ids'])} tokens differ by {diff:.3g} > bound {bound:.3g}")
 
     greedy = ref["greedy"] if isinstance(ref["greedy"], list) else [ref["greedy"]]
     greedy_ok = 0
-    for g in greedy:
+    def departure(g, device):
         got = run([plumb, "generate", "--model", str(model), "--ids", ",".join(map(str, g["prompt"])), "--device",
-                   "cuda", "--max-tokens", str(len(g["generated"])), "--ignore-eos", "--print-ids"]).split()
-        got = [int(x) for x in got]
-        if got == g["generated"]:
+                   device, "--max-tokens", str(len(g["generated"])), "--ignore-eos", "--print-ids"]).split()
+        got = [int(x) for x in got] + [-1] * len(g["generated"])
+        return next((i for i, (a, b) in enumerate(zip(got, g["generated"])) if a != b), None)
+
+    for g in greedy:
+        first = departure(g, "cuda")
+        if first is None:
             greedy_ok += 1
         else:
-            first = next(i for i, (a, b) in enumerate(zip(got + [-1] * 999, g["generated"])) if a != b)
+            # Where the rounding reference departs says whether BF16 operands alone explain it.
+            rounded = departure(g, "cpu-bf16")
             problems.append(f"greedy ids differ from the reference at step {first} (reference min gap "
-                            f"{g.get('min_gap', float('nan')):.3g})")
+                            f"{g.get('min_gap', float('nan')):.3g}; cpu-bf16 "
+                            f"{'reproduces them' if rounded is None else f'departs at step {rounded}'})")
 
     longest = max(ref["prefills"], key=lambda p: len(p["ids"]))["ids"]
     base = hashes(plumb, model, longest, [])
@@ -93,7 +107,7 @@ def check_model(plumb, model, work):
            "cuda", "--max-tokens", "16", "--ignore-eos", "--temperature", "0.9", "--seed", "7", "--print-ids", "--hash"]
     if run(gen) != run(gen):
         problems.append("generate --hash differs between two runs")
-    return problems, worst_ratio, worst_free, greedy_ok, len(greedy)
+    return problems, ratios, greedy_ok, len(greedy)
 
 
 def main():
@@ -105,16 +119,16 @@ def main():
     models = [pathlib.Path(m) for m in args.models] if args.models else sorted(
         p for p in (root / "tests/fixtures/models").iterdir() if (p / "config.json").exists()) + [root / "models/default"]
     failures = 0
-    print(f"{'model':28} {'err/bound':>10} {'free/bound':>10} {'greedy':>7}  result")
+    print(f"{'model':28} {'err/bound':>10} {'fp32/bound':>10} {'rnd/bound':>10} {'greedy':>7}  result")
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
             try:
-                problems, ratio, free, greedy_ok, greedy_n = check_model(args.plumb, model, pathlib.Path(tmp))
+                problems, ratios, greedy_ok, greedy_n = check_model(args.plumb, model, pathlib.Path(tmp))
             except RuntimeError as e:
-                problems, ratio, free, greedy_ok, greedy_n = [str(e)], float("nan"), float("nan"), 0, 0
+                problems, ratios, greedy_ok, greedy_n = [str(e)], dict.fromkeys(("err", "fp32", "rnd"), np.nan), 0, 0
             failures += bool(problems)
-            print(f"{model.name:28} {ratio:10.3f} {free:10.3f} {greedy_ok:>3}/{greedy_n:<3}  "
-                  f"{'ok' if not problems else '; '.join(problems)}", flush=True)
+            print(f"{model.name:28} {ratios['err']:10.3f} {ratios['fp32']:10.3f} {ratios['rnd']:10.3f} "
+                  f"{greedy_ok:>3}/{greedy_n:<3}  {'ok' if not problems else '; '.join(problems)}", flush=True)
     print(f"gpu_end_to_end: {len(models) - failures} of {len(models)} models pass")
     sys.exit(1 if failures else 0)
 

@@ -21,6 +21,9 @@ quarter of plumb's 1e-4 tolerance, or the reference's own rounding noise would d
 implementation under test (see tools/fixtures_reference.py). A model that fails gets a lower `scale` (smaller weights);
 --search-scale finds the first scale on SCALE_LADDER that passes and says which to write into SOURCES (or CHAT_SPEC).
 
+The greedy references are then conditioned for BF16 arithmetic (argmax gaps the GPU's BF16 operands cannot flip) by
+tools/fixtures_bf16_greedy.py --plumb <plumb binary> --write, which re-chooses the prompt of any fixture that fails.
+
 Needs torch, transformers (>= 5, written against 5.17), safetensors, numpy, tokenizers. Run on the GPU box (CPU only):
     python3 tools/make_fixtures.py --out DIR [--dump-hf-source DIR2]
 

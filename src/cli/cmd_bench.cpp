@@ -763,7 +763,7 @@ void register_bench_commands(CLI::App& app) {
   std::string names;
   for (const std::string& n : synthetic_config_names()) names += (names.empty() ? "" : ", ") + n;
   bench->add_option("--model", args->model, "synthetic model: " + names)->required();
-  bench->add_option("--device", args->device, "cpu or cuda");
+  bench->add_option("--device", args->device, kDeviceHelp);
   bench->add_option("--batches", args->batches, "decode batch sizes, comma-separated");
   bench->add_option("--prefill", args->prefill, "prefill lengths, comma-separated; the longest also sizes the kernels");
   bench->add_option("--context", args->context, "tokens each sequence holds before the timed decode steps");

@@ -197,7 +197,7 @@ void register_model_commands(CLI::App& app) {
   logits->add_option("--model", logits_args->model, "model folder")->required();
   logits->add_option("--ids", logits_args->ids, "token ids, comma-separated")->required();
   logits->add_option("--out", logits_args->out, "output .npy file");
-  logits->add_option("--device", logits_args->device, "cpu");
+  logits->add_option("--device", logits_args->device, kDeviceHelp);
   logits->add_flag("--hash", logits_args->hash, "print FNV-1a hashes of the logits and every layer's final state");
   logits->add_option("--batch", logits_args->batch,
                      "run the prompt among this many sequences (the others are companions of other lengths)");
@@ -226,7 +226,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");
   gen->add_flag("--ignore-eos", gen_args->ignore_eos, "generate --max-tokens tokens whatever is drawn");
-  gen->add_option("--device", gen_args->device, "cpu");
+  gen->add_option("--device", gen_args->device, kDeviceHelp);
   gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");
   gen->add_flag("--hash", gen_args->hash, "print FNV-1a hashes of the generated ids and every layer's final state");
   gen->callback([gen_args] { run_generate(*gen_args); });

@@ -84,7 +84,7 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--model", args->model, "model folder (with tokenizer.json)")->required();
   serve->add_option("--host", args->host, "address to listen on");
   serve->add_option("--port", args->port, "port to listen on (0: any free port)");
-  serve->add_option("--device", args->device, "cpu");
+  serve->add_option("--device", args->device, kDeviceHelp);
   serve->add_option("--max-batch", args->max_batch, "sequences running at once");
   serve->add_option("--max-queue", args->max_queue, "requests waiting at most; more get 429");
   serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");

@@ -9,6 +9,10 @@
 
 namespace plumb::cli {
 
+// What --device accepts, for every subcommand's help.
+inline constexpr const char* kDeviceHelp =
+    "cpu (the reference), cpu-bf16 (the reference rounding operands to BF16 where the GPU does) or cuda";
+
 std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace plumb::cli

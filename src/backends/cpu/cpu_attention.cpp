@@ -50,15 +50,26 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                 seq.past + seq.count, nkv, d);
     expect_shape(cache.v, cache.k.shape(), "attention", "v cache");
     const size_t row_bytes = static_cast<size_t>(nkv * d) * sizeof(float);
-    std::memcpy(cache.k.f32() + seq.past * nkv * d, k.f32() + seq.begin * nkv * d, seq.count * row_bytes);
-    std::memcpy(cache.v.f32() + seq.past * nkv * d, v.f32() + seq.begin * nkv * d, seq.count * row_bytes);
+    float* const new_k = cache.k.f32() + seq.past * nkv * d;  // [count, nkv, d]
+    float* const new_v = cache.v.f32() + seq.past * nkv * d;  // [count, nkv, d]
+    std::memcpy(new_k, k.f32() + seq.begin * nkv * d, seq.count * row_bytes);
+    std::memcpy(new_v, v.f32() + seq.begin * nkv * d, seq.count * row_bytes);
+    if (rounds_attention()) {
+      cpu::round_to_bf16(new_k, seq.count * nkv * d);
+      cpu::round_to_bf16(new_v, seq.count * nkv * d);
+    }
     const float *pq = q.f32() + seq.begin * nq * d, *pk = cache.k.f32(), *pv = cache.v.f32();
     float* po = o.f32() + seq.begin * nq * d;
     parallel_for(seq.count * nq, 4, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores;
+      std::vector<float> scores, q_rounded;
       for (int64_t idx = begin; idx < end; ++idx) {
         const int64_t t = idx / nq, h = idx % nq, kvh = h / (nq / nkv), visible = seq.past + t + 1;
         const float* qv = pq + idx * d;
+        if (rounds_attention()) {
+          q_rounded.assign(qv, qv + d);
+          cpu::round_to_bf16(q_rounded.data(), d);
+          qv = q_rounded.data();
+        }
         scores.resize(visible);
         float max_score = -INFINITY;
         for (int64_t j = 0; j < visible; ++j) {
@@ -66,7 +77,11 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
           max_score = std::max(max_score, scores[j]);
         }
         float sum = 0.0f;
-        for (int64_t j = 0; j < visible; ++j) sum += scores[j] = std::exp(scores[j] - max_score);
+        // The GPU rounds the unnormalized probabilities to BF16 (its P·V operand) and sums the rounded values.
+        for (int64_t j = 0; j < visible; ++j) {
+          const float p = std::exp(scores[j] - max_score);
+          sum += scores[j] = rounds_attention() ? cpu::round_to_bf16(p) : p;
+        }
         float* out = po + idx * d;
         std::fill(out, out + d, 0.0f);
         for (int64_t j = 0; j < visible; ++j) {

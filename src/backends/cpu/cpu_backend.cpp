@@ -28,6 +28,14 @@ const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch)
   return scratch.data();
 }
 
+float round_to_bf16(float x) {
+  return bf16_to_f32(f32_to_bf16(x));
+}
+
+void round_to_bf16(float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) v[i] = round_to_bf16(v[i]);
+}
+
 }  // namespace cpu
 
 namespace {
@@ -80,6 +88,12 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
               shape_str(x.shape()));
   expect_shape(y, {rows, n_out}, "linear", "y");
   const float* px = x.f32();
+  std::vector<float> rounded;  // [rows, k]: x with the GPU's BF16 operand rounding
+  if (rounds_operand_of(w)) {
+    rounded.assign(px, px + rows * k);
+    cpu::round_to_bf16(rounded.data(), rows * k);
+    px = rounded.data();
+  }
   float* py = y.f32();
   // Output features are split across threads; each y element is one dot product in a fixed order.
   parallel_for(n_out, 16, [&](int64_t begin, int64_t end) {

@@ -11,8 +11,22 @@
 
 namespace plumb {
 
+// Which operands the CPU reference rounds. kF32 is the reference proper: every value stays F32. kBf16Operands rounds
+// to BF16 (nearest even) exactly the operands the CUDA backend rounds for its tensor cores — the activation of every
+// product with BF16 weights (linear, both expert products), attention's queries, cached keys and values, and its
+// unnormalized probabilities — and keeps everything else F32. It separates the error the GPU's specified BF16
+// arithmetic causes (which a model can amplify far beyond a per-op bound) from the error of its kernels
+// (tools/gpu_end_to_end.py, docs/kernel-contract.md "End to end").
+enum class CpuRounding {
+  kF32,
+  kBf16Operands,
+};
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(CpuRounding rounding = CpuRounding::kF32) : rounding_(rounding) {}
+  CpuRounding rounding() const { return rounding_; }
+
   Device device() const override { return Device::kCpu; }
   DType kv_dtype() const override { return DType::kF32; }
   void synchronize() override {}
@@ -50,6 +64,15 @@ class CpuBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    const ExpertWeights& experts, Tensor& y) override;
   void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override;
+
+ private:
+  // Whether the activation operand of a product with weights w is rounded to BF16 (CpuRounding::kBf16Operands).
+  bool rounds_operand_of(const Tensor& w) const {
+    return rounding_ == CpuRounding::kBf16Operands && w.dtype() == DType::kBF16;
+  }
+  bool rounds_attention() const { return rounding_ == CpuRounding::kBf16Operands; }
+
+  CpuRounding rounding_;
 };
 
 // Shared scalar helpers of the CPU reference.
@@ -68,6 +91,10 @@ inline float softplus(float x) {
 
 // Σ a[i]·b[i] in FP32 with eight interleaved partial sums combined in a fixed order.
 float dot(const float* a, const float* b, int64_t n);
+// x rounded to BF16 (nearest even) and back.
+float round_to_bf16(float x);
+// v[0, n) rounded to BF16 and back, in place.
+void round_to_bf16(float* v, int64_t n);
 // Row n of a weight matrix [N, K] as F32: a pointer into w when it is F32, else converted into scratch.
 const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch);
 

@@ -44,10 +44,16 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
   expect_shape(experts.down, {E, H, inter}, "moe_experts", "down");
   expect_shape(expert_weights, {T, top_k}, "moe_experts", "expert_weights");
   expect_shape(y, {T, H}, "moe_experts", "y");
+  const bool round_gate_up = rounds_operand_of(experts.gate_up), round_down = rounds_operand_of(experts.down);
   parallel_for(T, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch, gate, up, act;
+    std::vector<float> scratch, gate, up, act, x_rounded;
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = x.f32() + t * H;
+      if (round_gate_up) {
+        x_rounded.assign(xt, xt + H);
+        cpu::round_to_bf16(x_rounded.data(), H);
+        xt = x_rounded.data();
+      }
       float* yt = y.f32() + t * H;
       std::fill(yt, yt + H, 0.0f);
       for (int64_t j = 0; j < top_k; ++j) {
@@ -63,6 +69,7 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
         for (int64_t i = 0; i < inter; ++i) gate[i] = cpu::dot(xt, cpu::weight_row(wg, i, scratch), H);
         for (int64_t i = 0; i < inter; ++i) up[i] = cpu::dot(xt, cpu::weight_row(wu, i, scratch), H);
         for (int64_t i = 0; i < inter; ++i) act[i] = cpu::silu(gate[i]) * up[i];
+        if (round_down) cpu::round_to_bf16(act.data(), inter);
         for (int64_t n = 0; n < H; ++n) yt[n] += w * cpu::dot(act.data(), cpu::weight_row(wd, n, scratch), inter);
       }
     }

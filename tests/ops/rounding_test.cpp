@@ -1,0 +1,111 @@
+// CpuRounding::kBf16Operands rounds exactly the operands the CUDA backend rounds (the activations of products with
+// BF16 weights, attention's queries, cached keys and values and its probabilities) and nothing else.
+#include <gtest/gtest.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "support/random.h"
+#include "support/tensors.h"
+
+namespace plumb {
+namespace {
+
+class Bf16Operands : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+  std::string trace() const { return "seed " + std::to_string(seed_); }
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  CpuBackend exact_;
+  CpuBackend rounded_{CpuRounding::kBf16Operands};
+};
+
+Tensor as_bf16(const Tensor& f32) {
+  Tensor out = Tensor::zeros(DType::kBF16, f32.shape());
+  for (int64_t i = 0; i < f32.numel(); ++i) out.data_as<uint16_t>()[i] = f32_to_bf16(f32.f32()[i]);
+  return out;
+}
+
+Tensor rounded_copy(const Tensor& f32) {
+  Tensor out = test::clone(f32);
+  cpu::round_to_bf16(out.f32(), out.numel());
+  return out;
+}
+
+bool bf16_exact(const Tensor& f32) {
+  for (int64_t i = 0; i < f32.numel(); ++i)
+    if (cpu::round_to_bf16(f32.f32()[i]) != f32.f32()[i]) return false;
+  return true;
+}
+
+TEST_F(Bf16Operands, LinearRoundsTheActivationOfBf16WeightsOnly) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 5, K = 37, N = 11;
+  const Tensor x = test::random_tensor(rng_, {T, K}), w32 = test::random_tensor(rng_, {N, K});
+  const Tensor w16 = as_bf16(w32);
+  Tensor got = Tensor::zeros(DType::kF32, {T, N}), want = Tensor::zeros(DType::kF32, {T, N});
+  rounded_.linear(x, w16, got);
+  exact_.linear(rounded_copy(x), w16, want);
+  EXPECT_TRUE(test::same_bits(got, want));
+  exact_.linear(x, w16, want);
+  EXPECT_FALSE(test::same_bits(got, want));  // the rounding is not a no-op on N(0, 1) inputs
+  // F32 weights: the GPU's F32 kernel keeps x as it is.
+  rounded_.linear(x, w32, got);
+  exact_.linear(x, w32, want);
+  EXPECT_TRUE(test::same_bits(got, want));
+}
+
+// Top-1 routing with weight 1: y = down(round(SiLU(gate round(x)) ⊙ up round(x))), built from the reference's linear.
+TEST_F(Bf16Operands, ExpertsRoundTheirInputAndTheirActivation) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 3, H = 19, I = 7, E = 2;
+  const Tensor gate_up32 = test::random_tensor(rng_, {E, 2 * I, H}), down32 = test::random_tensor(rng_, {E, H, I});
+  const ExpertWeights experts{as_bf16(gate_up32), as_bf16(down32)};
+  const Tensor x = test::random_tensor(rng_, {T, H});
+  Tensor ids = Tensor::zeros(DType::kI32, {T, 1}), weights = Tensor::zeros(DType::kF32, {T, 1});
+  for (int64_t t = 0; t < T; ++t) {
+    ids.data_as<int32_t>()[t] = static_cast<int32_t>(t % E);
+    weights.f32()[t] = 1.0f;
+  }
+  Tensor y = Tensor::zeros(DType::kF32, {T, H});
+  rounded_.moe_experts(x, ids, weights, experts, y);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e = t % E;
+    const Tensor gate_up = experts.gate_up.rows(e, e + 1).reshape({2 * I, H});
+    const Tensor xt = rounded_copy(x.rows(t, t + 1));
+    Tensor gate = Tensor::zeros(DType::kF32, {1, I}), up = Tensor::zeros(DType::kF32, {1, I});
+    exact_.linear(xt, gate_up.rows(0, I), gate);
+    exact_.linear(xt, gate_up.rows(I, 2 * I), up);
+    Tensor act = Tensor::zeros(DType::kF32, {1, I});
+    for (int64_t i = 0; i < I; ++i) act.f32()[i] = cpu::round_to_bf16(cpu::silu(gate.f32()[i]) * up.f32()[i]);
+    Tensor want = Tensor::zeros(DType::kF32, {1, H});
+    exact_.linear(act, experts.down.rows(e, e + 1).reshape({H, I}), want);
+    EXPECT_TRUE(test::same_bits(y.rows(t, t + 1), want)) << "token " << t;
+  }
+}
+
+TEST_F(Bf16Operands, AttentionCachesBf16KeysAndValues) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 9, nq = 4, nkv = 2, d = 16;
+  const Tensor q = test::random_tensor(rng_, {T, nq, d});
+  const Tensor k = test::random_tensor(rng_, {T, nkv, d}), v = test::random_tensor(rng_, {T, nkv, d});
+  KvCache cache{Tensor::zeros(DType::kF32, {T, nkv, d}), Tensor::zeros(DType::kF32, {T, nkv, d})};
+  KvCache exact_cache{Tensor::zeros(DType::kF32, {T, nkv, d}), Tensor::zeros(DType::kF32, {T, nkv, d})};
+  Tensor o = Tensor::zeros(DType::kF32, {T, nq, d}), exact_o = Tensor::zeros(DType::kF32, {T, nq, d});
+  rounded_.attention(q, k, v, {&cache}, BatchRows{SequenceRows{0, T, 0}}, o);
+  exact_.attention(q, k, v, {&exact_cache}, BatchRows{SequenceRows{0, T, 0}}, exact_o);
+  EXPECT_TRUE(test::same_bits(cache.k, rounded_copy(k)));
+  EXPECT_TRUE(test::same_bits(cache.v, rounded_copy(v)));
+  EXPECT_FALSE(bf16_exact(exact_cache.k));
+  // Outputs are averages of BF16-exact values with weights that sum to 1 within BF16 rounding: each is within a few
+  // BF16 units (2^-8 relative, doubled for q and the probabilities) of the exact reference.
+  const float err = test::max_abs_diff(o, exact_o);
+  EXPECT_TRUE(err <= 4 * 0x1.0p-8 * 3.0f) << err;
+  EXPECT_TRUE(err > 0.0f);
+}
+
+}  // namespace
+}  // namespace plumb
