@@ -93,16 +93,72 @@ class CudaMemoryPool {
   std::unordered_map<size_t, std::vector<void*>> free_;
 };
 
+// Pinned host memory that small host tables pass through on their way to the device. From pageable memory,
+// cudaMemcpyAsync first waits for the stream to drain, so every per-sequence op (its table of sequences) would stall
+// the host until the GPU caught up and leave the GPU idle while the next kernels are launched; from pinned memory the
+// copy is queued like a kernel. The buffer is used as a ring of two halves: before the ring re-enters a half, the
+// host waits for an event recorded when it last left that half, so no table is overwritten before its copy ran.
+class PinnedStaging {
+ public:
+  static constexpr size_t kBytes = size_t{1} << 20;
+  static constexpr size_t kHalf = kBytes / 2;
+  static constexpr size_t kAlign = 256;
+
+  explicit PinnedStaging(cudaStream_t stream) : stream_(stream) {
+    cuda_check(cudaHostAlloc(&buffer_, kBytes, cudaHostAllocDefault), "cudaHostAlloc of the upload staging buffer");
+    for (cudaEvent_t& e : left_half_)
+      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~PinnedStaging() {
+    cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : left_half_) cudaEventDestroy(e);
+    cudaFreeHost(buffer_);
+  }
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+
+  // Queues a copy of `bytes` host bytes to `device` on the stream; false (nothing queued) when they exceed a half.
+  bool copy_to_device(void* device, const void* host, size_t bytes) {
+    if (bytes > kHalf) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t begin = offset_ < kBytes ? offset_ : 0;
+    // A table never straddles the two halves: one that would starts the next half instead.
+    if (begin / kHalf != (begin + bytes - 1) / kHalf) begin = (begin / kHalf + 1) * kHalf % kBytes;
+    const int half = static_cast<int>(begin / kHalf);
+    if (half != half_) {
+      cuda_check(cudaEventRecord(left_half_[half_], stream_), "recording the staging event");
+      if (recorded_[half]) cuda_check(cudaEventSynchronize(left_half_[half]), "waiting for the staging buffer");
+      recorded_[half_] = true;
+      half_ = half;
+    }
+    std::memcpy(static_cast<char*>(buffer_) + begin, host, bytes);
+    cuda_check(cudaMemcpyAsync(device, static_cast<char*>(buffer_) + begin, bytes, cudaMemcpyHostToDevice, stream_),
+               "upload of a host table");
+    offset_ = (begin + bytes + kAlign - 1) / kAlign * kAlign;
+    return true;
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* buffer_ = nullptr;
+  cudaEvent_t left_half_[2] = {};
+  bool recorded_[2] = {false, false};
+  int half_ = 0;
+  size_t offset_ = 0;
+  std::mutex mutex_;
+};
+
 CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
   PLUMB_CHECK(cuda_device_available(), "--device cuda: no CUDA device is available (no GPU or no driver)");
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaGetDeviceProperties(&properties_, device_), "cudaGetDeviceProperties");
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   pool_ = std::make_shared<CudaMemoryPool>(device_);
+  staging_ = std::make_unique<PinnedStaging>(stream_);
 }
 
 CudaBackend::~CudaBackend() {
-  cudaStreamSynchronize(stream_);
+  staging_.reset();  // waits for the stream
   cudaStreamDestroy(stream_);
 }
 
@@ -119,7 +175,7 @@ std::shared_ptr<void> CudaBackend::scratch(size_t bytes) {
 
 std::shared_ptr<void> CudaBackend::upload_bytes(const void* host, size_t bytes) {
   std::shared_ptr<void> block = scratch(bytes);
-  if (bytes > 0)
+  if (bytes > 0 && !staging_->copy_to_device(block.get(), host, bytes))
     cuda_check(cudaMemcpyAsync(block.get(), host, bytes, cudaMemcpyHostToDevice, stream_), "upload of a host table");
   return block;
 }

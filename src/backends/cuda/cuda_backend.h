@@ -21,6 +21,7 @@
 namespace plumb {
 
 class CudaMemoryPool;
+class PinnedStaging;
 
 // Whether a CUDA device is usable here (false without a driver or a GPU); never throws.
 bool cuda_device_available();
@@ -94,6 +95,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaDeviceProp properties_{};
   std::shared_ptr<CudaMemoryPool> pool_;
+  std::unique_ptr<PinnedStaging> staging_;
   cuda::KernelFault fault_ = cuda::KernelFault::kNone;
   bool poison_ = false;
 };
