@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
       p.k = k;
       p.x = x;
       if (plumb::cuda::linear_stages_bf16(p.shape)) {
-        plumb::cuda::launch_linear_to_bf16(x, x_bf16, int64_t{t} * k, stream);
+        plumb::cuda::launch_linear_to_bf16(x, x_bf16, int64_t{t} * k, plumb::cuda::KernelFault::kNone, stream);
         p.x = x_bf16;
       }
       auto launch = [&](int i) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -300,8 +301,9 @@ void prefill(const Qwen3NextModel& model, SequenceState& state, TokenStream& tok
     model.forward(state, tokens.take(std::min(kPrefillPiece, count - done)), LogitsRows::kLast, GdnAlgorithm::kChunked);
 }
 
-// Gives `to` the state of `from`: recurrent and conv states, and the filled KV positions.
-void clone_state(Backend& be, const SequenceState& from, SequenceState& to) {
+// Gives `to` the state of `from`: recurrent and conv states, and copies of the KV pages of its filled positions.
+void clone_state(const Qwen3NextModel& model, const SequenceState& from, SequenceState& to) {
+  Backend& be = model.backend();
   for (size_t i = 0; i < from.layers.size(); ++i) {
     const LayerState& f = from.layers[i];
     LayerState& t = to.layers[i];
@@ -309,12 +311,10 @@ void clone_state(Backend& be, const SequenceState& from, SequenceState& to) {
       be.copy(f.recurrent_state, t.recurrent_state);
       be.copy(f.conv_state, t.conv_state);
     }
-    if (f.kv.k.data() && from.position > 0) {
-      Tensor k = t.kv.k.rows(0, from.position), v = t.kv.v.rows(0, from.position);
-      be.copy(f.kv.k.rows(0, from.position), k);
-      be.copy(f.kv.v.rows(0, from.position), v);
-    }
   }
+  to.kv_pages.cover(from.position);
+  for (int64_t j = 0; j * kKvPageSize < from.position; ++j)
+    model.kv_pool().copy_page(from.kv_pages.ids()[j], to.kv_pages.ids()[j]);
   to.position = from.position;
 }
 
@@ -323,14 +323,17 @@ void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts&
   Backend& be = ctx.be;
   TokenStream tokens(ctx.config.vocab_size, a.seed + static_cast<uint64_t>(B));
   const int64_t capacity = a.context + a.warmup + a.steps;
-  // Every sequence starts from the same prefilled prompt: prefill one, copy its state into the others.
+  // Every sequence starts from the same prefilled prompt: prefill one, copy its state into the others. The pool is
+  // sized for all of them at once, so it grows once rather than doubling along the way.
+  const int64_t pages_each = (capacity + kKvPageSize - 1) / kKvPageSize;
+  model.kv_pool().reserve(model.kv_pool().used_pages() + (B + 1) * pages_each);
   SequenceState prompt = model.new_sequence(capacity);
   prefill(model, prompt, tokens, a.context);
   std::vector<SequenceState> states;
   states.reserve(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) {
     states.push_back(model.new_sequence(capacity));
-    clone_state(be, prompt, states.back());
+    clone_state(model, prompt, states.back());
   }
   std::vector<SequenceInput> batch(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) batch[i].state = &states[i];
@@ -517,9 +520,16 @@ void bench_attention_decode(Context& ctx, int64_t B, int64_t past) {
   const double kv_bytes =
       static_cast<double>(B * (past + 1) * 2 * nkv * d) * static_cast<double>(dtype_size(be.kv_dtype()));
   const double bytes = kv_bytes + static_cast<double>(B * 4 * (2 * nq * d + 2 * nkv * d));
+  // Each sequence's past + 1 positions in P pages of one pool; page j of sequence i is pool page j·B + i, the order
+  // in which sequences decoding in lockstep take their pages.
+  const int64_t P = (past + 1 + kKvPageSize - 1) / kKvPageSize;
+  std::vector<std::vector<int32_t>> page_tables(static_cast<size_t>(B));  // [B][P]
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t j = 0; j < P; ++j) page_tables[i].push_back(static_cast<int32_t>(j * B + i));
   struct Set {
     Tensor q, k, v, o;            // [B, nq, d], [B, nkv, d], [B, nkv, d], [B, nq, d]
-    std::vector<KvCache> caches;  // B × k, v [past + 1, nkv, d]
+    Tensor k_pool, v_pool;        // [B·P, kKvPageSize, nkv, d]
+    std::vector<KvCache> caches;  // B × the pools and page_tables[i]
     std::vector<KvCache*> cache_ptrs;
   };
   const int64_t n_sets = input_sets(bytes);
@@ -532,9 +542,9 @@ void bench_attention_decode(Context& ctx, int64_t B, int64_t past) {
     s.k = random_tensor(be, DType::kF32, {B, nkv, d}, ++seed);
     s.v = random_tensor(be, DType::kF32, {B, nkv, d}, ++seed);
     s.o = be.empty(DType::kF32, {B, nq, d});
-    for (int64_t i = 0; i < B; ++i)
-      s.caches.push_back({random_tensor(be, be.kv_dtype(), {past + 1, nkv, d}, ++seed),
-                          random_tensor(be, be.kv_dtype(), {past + 1, nkv, d}, ++seed)});
+    s.k_pool = random_tensor(be, be.kv_dtype(), {B * P, kKvPageSize, nkv, d}, ++seed);
+    s.v_pool = random_tensor(be, be.kv_dtype(), {B * P, kKvPageSize, nkv, d}, ++seed);
+    for (int64_t i = 0; i < B; ++i) s.caches.push_back({s.k_pool, s.v_pool, page_tables[i]});
     for (KvCache& kv : s.caches) s.cache_ptrs.push_back(&kv);
   }
   const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, n_sets, [&](int64_t i) {
@@ -557,7 +567,11 @@ void bench_attention_prefill(Context& ctx, int64_t T) {
   Tensor k = random_tensor(be, DType::kF32, {T, nkv, d}, 402);  // [T, nkv, d]
   Tensor v = random_tensor(be, DType::kF32, {T, nkv, d}, 403);  // [T, nkv, d]
   Tensor o = be.empty(DType::kF32, {T, nq, d});                 // [T, nq, d]
-  KvCache cache{be.empty(be.kv_dtype(), {T, nkv, d}), be.empty(be.kv_dtype(), {T, nkv, d})};
+  const int64_t pages = (T + kKvPageSize - 1) / kKvPageSize;
+  std::vector<int32_t> page_table(static_cast<size_t>(pages));  // [pages]: pool pages in order
+  std::iota(page_table.begin(), page_table.end(), 0);
+  KvCache cache{be.empty(be.kv_dtype(), {pages, kKvPageSize, nkv, d}),
+                be.empty(be.kv_dtype(), {pages, kKvPageSize, nkv, d}), page_table};
   const std::vector<KvCache*> caches = {&cache};
   const BatchRows batch = {{0, T, 0}};
   const std::vector<double> samples =

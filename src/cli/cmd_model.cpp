@@ -24,7 +24,8 @@ void print_hash(const char* what, const Tensor& t) {
   std::printf("%s %016llx\n", what, static_cast<unsigned long long>(fnv1a64(t.data(), t.nbytes())));
 }
 
-// FNV-1a of every layer's final recurrent, conv and KV state (the filled rows only).
+// FNV-1a of every layer's final recurrent, conv and KV state. A KV hash covers the cache's logical content, positions
+// [0, position) in order, whatever pages hold them: runs that page a sequence differently print the same hashes.
 void print_state_hashes(const Qwen3NextModel& model, const SequenceState& state) {
   Backend& be = model.backend();
   for (size_t i = 0; i < state.layers.size(); ++i) {
@@ -34,8 +35,9 @@ void print_state_hashes(const Qwen3NextModel& model, const SequenceState& state)
       print_hash((layer + "recurrent").c_str(), be.download(l.recurrent_state));
       print_hash((layer + "conv").c_str(), be.download(l.conv_state));
     } else {
-      print_hash((layer + "k").c_str(), be.download(l.kv.k.rows(0, state.position)));
-      print_hash((layer + "v").c_str(), be.download(l.kv.v.rows(0, state.position)));
+      const std::span<const int32_t> pages = state.kv_pages.ids();
+      print_hash((layer + "k").c_str(), be.download(gather_positions(be, model.kv_pool().k(i), pages, state.position)));
+      print_hash((layer + "v").c_str(), be.download(gather_positions(be, model.kv_pool().v(i), pages, state.position)));
     }
   }
 }
@@ -110,7 +112,9 @@ void run_logits(const LogitsArgs& a) {
               "--prefill-chunk");
   RoutingTrace trace = a.replay_routing.empty() ? RoutingTrace{} : read_routing(a.replay_routing);
   if (!a.record_routing.empty() || !a.replay_routing.empty()) model.set_routing_trace(&trace);
-  SequenceState state = model.new_sequence(static_cast<int64_t>(ids.size()));
+  // Pages on demand: with --batch and --prefill-chunk the sequence's pages interleave with its companions', which
+  // the hashes must not see.
+  SequenceState state = model.new_sequence();
   const Tensor logits = prefill_logits(model, a, ids, state);  // [T, V] on the host
   if (!a.record_routing.empty()) {
     std::ofstream out(a.record_routing);

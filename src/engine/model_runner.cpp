@@ -4,11 +4,6 @@
 
 namespace plumb {
 
-namespace {
-// KV rows a fresh sequence starts with; the model grows the cache on demand, so this only saves early regrowth.
-constexpr int64_t kInitialKvCapacity = 256;
-}  // namespace
-
 ModelRunner::ModelRunner(const Qwen3NextModel& model, int32_t slots)
     : model_(model), states_(static_cast<size_t>(slots)) {
   PLUMB_CHECK(slots > 0, "a model runner needs at least one slot, got {}", slots);
@@ -28,7 +23,8 @@ std::vector<float> ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
   for (const RunnerEntry& e : batch) {
     PLUMB_CHECK(e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size(), "state slot {} out of range", e.slot);
     std::optional<SequenceState>& state = states_[static_cast<size_t>(e.slot)];
-    if (e.start == 0) state = model_.new_sequence(kInitialKvCapacity);
+    // A fresh sequence replaces the slot's old state, whose KV pages go back to the pool.
+    if (e.start == 0) state = model_.new_sequence();
     PLUMB_CHECK(state && state->position == e.start, "slot {}: asked to continue at {} but the state is elsewhere",
                 e.slot, e.start);
     inputs.push_back({&*state, e.tokens});

@@ -1,4 +1,5 @@
-// The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one batched forward call per step.
+// The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one batched forward call per step. A
+// slot's KV pages come from the model's pool as its sequence grows and return to it when the slot is released.
 #pragma once
 
 #include <optional>

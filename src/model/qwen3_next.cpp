@@ -7,41 +7,37 @@
 
 namespace plumb {
 
-Qwen3NextModel::Qwen3NextModel(ModelConfig config, ModelWeights weights, Backend& backend)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {}
+namespace {
 
-SequenceState Qwen3NextModel::new_sequence(int64_t kv_capacity) const {
-  const ModelConfig& c = config_;
-  SequenceState s;
-  s.kv_capacity = std::max<int64_t>(kv_capacity, 1);
-  s.layers.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    LayerState& l = s.layers[i];
-    if (c.layer_types[i] == LayerKind::kGatedDeltaNet) {
-      l.conv_state = backend_.zeros(DType::kF32, {c.conv_dim(), c.linear_conv_kernel_dim - 1});
-      l.recurrent_state =
-          backend_.zeros(DType::kF32, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim});
-    } else {
-      l.kv.k = backend_.zeros(backend_.kv_dtype(), {s.kv_capacity, c.num_key_value_heads, c.head_dim});
-      l.kv.v = backend_.zeros(backend_.kv_dtype(), {s.kv_capacity, c.num_key_value_heads, c.head_dim});
-    }
-  }
-  return s;
+std::vector<bool> attention_layers(const ModelConfig& c) {
+  std::vector<bool> out;
+  for (LayerKind kind : c.layer_types) out.push_back(kind == LayerKind::kFullAttention);
+  return out;
 }
 
-void Qwen3NextModel::ensure_kv_capacity(SequenceState& state, int64_t tokens) const {
-  if (tokens <= state.kv_capacity) return;
-  const int64_t capacity = std::max(tokens, 2 * state.kv_capacity);
-  for (LayerState& l : state.layers) {
-    if (!l.kv.k.data()) continue;
-    for (Tensor* cache : {&l.kv.k, &l.kv.v}) {
-      Tensor grown = backend_.zeros(cache->dtype(), {capacity, cache->dim(1), cache->dim(2)});
-      Tensor head = grown.rows(0, state.position);
-      backend_.copy(cache->rows(0, state.position), head);
-      *cache = grown;
-    }
+}  // namespace
+
+Qwen3NextModel::Qwen3NextModel(ModelConfig config, ModelWeights weights, Backend& backend)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      backend_(backend),
+      kv_pool_(std::make_shared<KvPagePool>(backend, attention_layers(config_), config_.num_key_value_heads,
+                                            config_.head_dim)) {}
+
+SequenceState Qwen3NextModel::new_sequence(int64_t reserve_tokens) const {
+  const ModelConfig& c = config_;
+  SequenceState s;
+  s.kv_pages = KvPages(kv_pool_);
+  s.kv_pages.cover(reserve_tokens);
+  s.layers.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.layer_types[i] != LayerKind::kGatedDeltaNet) continue;
+    LayerState& l = s.layers[i];
+    l.conv_state = backend_.zeros(DType::kF32, {c.conv_dim(), c.linear_conv_kernel_dim - 1});
+    l.recurrent_state =
+        backend_.zeros(DType::kF32, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim});
   }
-  state.kv_capacity = capacity;
+  return s;
 }
 
 Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
@@ -61,15 +57,23 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
   for (const SequenceInput& in : batch) {
     PLUMB_CHECK(in.state && !in.ids.empty(), "forward: a sequence with no tokens");
     SequenceState& state = *in.state;
-    PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == c.num_layers, "forward: state is for another model");
+    PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == c.num_layers && state.kv_pages.pool() == kv_pool_,
+                "forward: state is for another model");
     const int64_t count = static_cast<int64_t>(in.ids.size());
-    ensure_kv_capacity(state, state.position + count);
+    state.kv_pages.cover(state.position + count);  // may grow the pool: before any layer takes its pool tensors
     layout.push_back({static_cast<int64_t>(ids.size()), count, state.position});
     ids.insert(ids.end(), in.ids.begin(), in.ids.end());
     for (int64_t t = 0; t < count; ++t) positions.push_back(state.position + t);
     one_token_each = one_token_each && count == 1;
   }
   const int64_t T = static_cast<int64_t>(ids.size());
+  // Each sequence's cache: its page table, the same in every attention layer, and the layer's pools (set below).
+  std::vector<KvCache> caches(batch.size());
+  std::vector<KvCache*> cache_ptrs;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    caches[s].pages = batch[s].state->kv_pages.ids();
+    cache_ptrs.push_back(&caches[s]);
+  }
 
   Tensor hidden = backend_.empty(DType::kF32, {T, H});  // [T, H] the residual stream
   backend_.embedding(weights_.embed_tokens, ids, hidden);
@@ -88,9 +92,11 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
       }
       gated_deltanet(w.gdn, conv_states, recurrent_states, layout, normed, mixed, gdn_algorithm);
     } else {
-      std::vector<KvCache*> caches;
-      for (const SequenceInput& in : batch) caches.push_back(&in.state->layers[i].kv);
-      full_attention(w.attn, caches, layout, positions, normed, mixed);
+      for (KvCache& cache : caches) {
+        cache.k = kv_pool_->k(static_cast<size_t>(i));
+        cache.v = kv_pool_->v(static_cast<size_t>(i));
+      }
+      full_attention(w.attn, cache_ptrs, layout, positions, normed, mixed);
     }
     backend_.add(hidden, mixed);
     // out = h + MLP(RMSNorm_post(h))

@@ -3,24 +3,28 @@
 // a batch of sequences, each continuing from its cached state.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
+#include "model/kv_pages.h"
 #include "model/weights.h"
 #include "ops/backend.h"
 
 namespace plumb {
 
-// What one sequence carries between calls. Shapes per layer (only the kind's own fields are set):
+// What one sequence carries between calls. A GDN layer's own state (unset for attention layers):
 struct LayerState {
-  Tensor conv_state;       // [C, K-1] F32: the last K-1 conv inputs (GDN)
-  Tensor recurrent_state;  // [nv, dk, dv] F32: the delta-rule state S (GDN)
-  KvCache kv;  // k, v [capacity, nkv, d] of the backend's kv_dtype(): keys after norm and rotary (attention)
+  Tensor conv_state;       // [C, K-1] F32: the last K-1 conv inputs
+  Tensor recurrent_state;  // [nv, dk, dv] F32: the delta-rule state S
 };
 
+// A sequence's state. Its attention layers' keys (after norm and rotary) and values for positions [0, position) live
+// in the model's KV page pool, in the pages kv_pages lists (one table for every attention layer); they return to the
+// pool when the state is destroyed or replaced.
 struct SequenceState {
   int64_t position = 0;  // tokens already processed
-  int64_t kv_capacity = 0;
+  KvPages kv_pages;
   std::vector<LayerState> layers;
 };
 
@@ -54,8 +58,11 @@ class Qwen3NextModel {
   // Records or replays expert choices (see RoutingTrace); nullptr (the default) routes normally.
   void set_routing_trace(RoutingTrace* trace) { routing_ = trace; }
 
-  // A fresh sequence: zero states and room for kv_capacity tokens (grown on demand).
-  SequenceState new_sequence(int64_t kv_capacity = 256) const;
+  // A fresh sequence: zero states and KV pages for reserve_tokens tokens (more are allocated as it grows).
+  SequenceState new_sequence(int64_t reserve_tokens = 0) const;
+  // The pool that holds every sequence's KV pages (its sequences keep it alive; the backend must outlive both).
+  // gather_positions(backend(), kv_pool().k(layer), state.kv_pages.ids(), state.position) reads a cache.
+  KvPagePool& kv_pool() const { return *kv_pool_; }
 
   // Runs every sequence's new tokens at positions state->position onwards in one pass (one matrix product per
   // weight for the whole batch) and advances each state. Returns logits in the backend's memory: kAll [Σ T, V],
@@ -77,11 +84,11 @@ class Qwen3NextModel {
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
   void mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;
   void trace_routing(const Tensor& router_logits, Tensor& expert_ids, Tensor& expert_weights) const;
-  void ensure_kv_capacity(SequenceState& state, int64_t tokens) const;
 
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
+  std::shared_ptr<KvPagePool> kv_pool_;
   RoutingTrace* routing_ = nullptr;
 };
 

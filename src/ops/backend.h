@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -42,12 +43,39 @@ struct SequenceRows {
 };
 using BatchRows = std::vector<SequenceRows>;
 
-// One sequence's attention cache in one layer: keys (after norm and rotary embedding) and values by position.
-// k, v [capacity, nkv, d] of the backend's kv_dtype().
+// Positions per KV-cache page. Equal to the attention kernels' fixed key block (kAttentionKeyBlock on the GPU), which
+// walks keys in 64-position blocks from position 0: a page is a block, so where the pages lie cannot change a bit.
+constexpr int64_t kKvPageSize = 64;
+
+// One sequence's attention cache in one layer: keys (after norm and rotary embedding) and values in pages of a pool
+// that other sequences share. Position p lives in page pages[p / kKvPageSize], at slot p % kKvPageSize of it; the
+// pages need not be contiguous or in order, and the pool's other pages belong to other sequences or to nobody.
 struct KvCache {
-  Tensor k;
-  Tensor v;
+  Tensor k;                        // [pool pages, kKvPageSize, nkv, d] of the backend's kv_dtype(): the layer's pool
+  Tensor v;                        // [pool pages, kKvPageSize, nkv, d] likewise
+  std::span<const int32_t> pages;  // [table length]: the page table, page ids in position order (a view)
 };
+
+// Checks a sequence's cache for `positions` positions of nkv heads of d, naming the op and the sequence: pools of
+// [pages, kKvPageSize, nkv, d] and a page table covering the positions with pages of the pool. Every backend's
+// attention refuses the same caches; each checks its own device and dtype.
+inline void check_kv_cache(const KvCache& cache, int64_t nkv, int64_t d, int64_t positions, size_t sequence,
+                           const char* op) {
+  PLUMB_CHECK(cache.k.rank() == 4 && cache.k.dim(1) == kKvPageSize && cache.k.dim(2) == nkv && cache.k.dim(3) == d,
+              "{}: sequence {}'s k pool {} is not [pages, {}, {}, {}]", op, sequence, shape_str(cache.k.shape()),
+              kKvPageSize, nkv, d);
+  PLUMB_CHECK(cache.v.shape() == cache.k.shape() && cache.v.dtype() == cache.k.dtype(),
+              "{}: sequence {}'s v pool {} does not match its k pool {}", op, sequence, shape_str(cache.v.shape()),
+              shape_str(cache.k.shape()));
+  const int64_t needed = (positions + kKvPageSize - 1) / kKvPageSize, pool_pages = cache.k.dim(0);
+  PLUMB_CHECK(static_cast<int64_t>(cache.pages.size()) >= needed,
+              "{}: sequence {}'s page table has {} pages, its {} positions need {}", op, sequence, cache.pages.size(),
+              positions, needed);
+  for (int64_t j = 0; j < needed; ++j)
+    PLUMB_CHECK(cache.pages[j] >= 0 && cache.pages[j] < pool_pages,
+                "{}: sequence {}'s page {} is page id {}, outside its pool of {} pages", op, sequence, j,
+                cache.pages[j], pool_pages);
+}
 
 // The routed experts of one MoE layer, stacked by expert.
 struct ExpertWeights {
@@ -125,9 +153,10 @@ class Backend {
   // Rotate-half rotary embedding on the first rotary_dim dims of each head, in place. x [T, heads, d]; positions [T].
   virtual void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) = 0;
   // Causal grouped-query attention, per sequence: writes its new keys and values k, v [T, nkv, d] (F32) into its
-  // cache at positions [past, past + count), then query t of it, at position past + t, attends to positions
-  // [0, past + t]. Scores scaled by d^-1/2. q [T, nq, d]; caches[i] is sequence i's, with room for past + count
-  // positions; o [T, nq, d].
+  // cache at positions [past, past + count) through its page table, then query t of it, at position past + t, attends
+  // to positions [0, past + t]. Scores scaled by d^-1/2. q [T, nq, d]; caches[i] is sequence i's, its page table
+  // covering past + count positions (check_kv_cache); o [T, nq, d]. Nothing outside the written positions changes;
+  // sequences of one call must not share a page.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
                          const BatchRows& batch, Tensor& o) = 0;
 

@@ -1,8 +1,11 @@
 // Harness cases of the attention family: rotary_embedding (per row) and causal grouped-query attention (per
-// sequence, with a BF16 cache on the GPU and an F32 one on the CPU). Bounds per docs/kernel-contract.md §Attention.
+// sequence, over paged caches: BF16 pools on the GPU, F32 ones on the CPU). Bounds per docs/kernel-contract.md
+// §Attention.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <random>
 
 #include "core/parallel.h"
 #include "op_harness.h"
@@ -58,26 +61,76 @@ struct AttentionShape {
   int64_t nq, nkv, d;
 };
 
-// Positions of slack past each sequence's end: a kernel reading one key too far reads a real (random) key.
+// Positions of slack past each sequence's end at least (its cache runs on to the end of its last page): a kernel
+// reading one key too far reads a real (random) key.
 constexpr int64_t kCacheSlack = 8;
 
-// The op: caches are states (k then v per sequence), held as F32 on the host with values BF16 represents exactly,
-// so both backends start from identical caches; the GPU's are uploaded as BF16.
+// Page tables for sequences of counts[i] pages in one pool of 1 + Σ counts pages. Pool pages 1.. are handed out
+// round-robin across the sequences (page j of each, then page j + 1) in a shuffled order, so every sequence's pages
+// are out of order and interleaved with the others'. Page 0 is nobody's: no table maps block 0 to page 0, so a
+// kernel that reads block j from page j (kAttentionPageTableIgnored) reads a wrong page for every sequence, and
+// reads within the pool (page j <= Σ counts).
+std::vector<std::vector<int32_t>> shuffled_page_tables(const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  std::vector<int32_t> ids(static_cast<size_t>(total));
+  std::iota(ids.begin(), ids.end(), 1);
+  // The layout is a function of the page counts, so a rerun of the same batch repeats it, and a sequence of a batch
+  // run alone gets another layout than in the batch.
+  std::mt19937_64 rng(static_cast<uint64_t>(total) * 1000003u + counts.size());
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<int32_t>> tables(counts.size());
+  size_t next = 0;
+  for (int64_t j = 0; next < ids.size(); ++j)
+    for (size_t i = 0; i < counts.size(); ++i)
+      if (j < counts[i]) tables[i].push_back(ids[next++]);
+  return tables;
+}
+
+// The op: caches are states (k then v per sequence), each a sequence's whole pages by position [pages · kKvPageSize,
+// nkv, d], held as F32 on the host with values BF16 represents exactly, so both backends start from identical caches.
+// They go into one pool in the pages of shuffled_page_tables (uploaded as BF16 to the GPU), page 0 holding random
+// keys of nobody; after the call each sequence's pages are read back in table order, so the states compare position
+// by position whatever the layout, every page a sequence owns included.
 SequenceOutputs run_attention(Backend& be, const SeqInputs& in) {
   const Tensor& q = in.rows[0];  // [T, nq, d]
-  std::vector<Tensor> tensors;
-  for (const Tensor& s : in.states) tensors.push_back(fresh(be, to_dtype(s, be.kv_dtype())));  // [capacity, nkv, d]
+  const int64_t nkv = in.rows[1].dim(1), d = in.rows[1].dim(2), page_elements = kKvPageSize * nkv * d;
+  std::vector<int64_t> counts;
+  for (size_t i = 0; i < in.batch.size(); ++i) counts.push_back(in.states[2 * i].dim(0) / kKvPageSize);
+  const std::vector<std::vector<int32_t>> tables = shuffled_page_tables(counts);
+  int64_t pool_pages = 1;
+  for (int64_t n : counts) pool_pages += n;
+  std::mt19937_64 guard_rng(static_cast<uint64_t>(pool_pages));
+  const Tensor guard = bf16_exact(normal(guard_rng, {1, kKvPageSize, nkv, d}));  // page 0 of both pools
+  std::vector<Tensor> pools;  // k, v [pool pages, kKvPageSize, nkv, d] of be.kv_dtype()
+  for (size_t kv = 0; kv < 2; ++kv) {
+    Tensor host = Tensor::zeros(DType::kF32, {pool_pages, kKvPageSize, nkv, d});
+    std::memcpy(host.f32(), guard.f32(), guard.nbytes());
+    for (size_t i = 0; i < tables.size(); ++i)
+      for (size_t j = 0; j < tables[i].size(); ++j)
+        std::memcpy(host.f32() + tables[i][j] * page_elements, in.states[2 * i + kv].f32() + j * page_elements,
+                    static_cast<size_t>(page_elements) * sizeof(float));
+    pools.push_back(fresh(be, to_dtype(host, be.kv_dtype())));
+  }
   std::vector<KvCache> caches;
-  for (size_t i = 0; i < tensors.size(); i += 2) caches.push_back({tensors[i], tensors[i + 1]});
+  for (const std::vector<int32_t>& table : tables) caches.push_back({pools[0], pools[1], table});
   std::vector<KvCache*> cache_ptrs;
   for (KvCache& kv : caches) cache_ptrs.push_back(&kv);
   Tensor o = poisoned(be, DType::kF32, q.shape());
   be.attention(be.upload(q), be.upload(in.rows[1]), be.upload(in.rows[2]), cache_ptrs, in.batch, o);
   SequenceOutputs out{fetch_f32(be, o), {}};
-  for (const KvCache& kv : caches) {
-    out.states.push_back(fetch_f32(be, kv.k));
-    out.states.push_back(fetch_f32(be, kv.v));
-  }
+  const Tensor host_pools[2] = {fetch_f32(be, pools[0]), fetch_f32(be, pools[1])};
+  for (const Tensor& pool : host_pools)
+    PLUMB_CHECK(std::memcmp(pool.f32(), guard.f32(), guard.nbytes()) == 0,
+                "attention harness: page 0, which no sequence owns, was written");
+  for (size_t i = 0; i < tables.size(); ++i)
+    for (const Tensor& pool : host_pools) {
+      Tensor cache = Tensor::zeros(DType::kF32, in.states[2 * i].shape());  // [pages · kKvPageSize, nkv, d]
+      for (size_t j = 0; j < tables[i].size(); ++j)
+        std::memcpy(cache.f32() + j * page_elements, pool.f32() + tables[i][j] * page_elements,
+                    static_cast<size_t>(page_elements) * sizeof(float));
+      out.states.push_back(cache);
+    }
   return out;
 }
 
@@ -86,9 +139,10 @@ SeqInputs attention_inputs(std::mt19937_64& rng, const AttentionShape& s, const 
   const int64_t T = batch_tokens(batch);
   SeqInputs in{
       {normal(rng, {T, s.nq, s.d}), normal(rng, {T, s.nkv, s.d}), normal(rng, {T, s.nkv, s.d})}, {}, {}, batch, 2};
-  for (const SequenceRows& seq : batch)
-    for (int kv = 0; kv < 2; ++kv)
-      in.states.push_back(bf16_exact(normal(rng, {seq.past + seq.count + kCacheSlack, s.nkv, s.d})));
+  for (const SequenceRows& seq : batch) {
+    const int64_t pages = (seq.past + seq.count + kCacheSlack + kKvPageSize - 1) / kKvPageSize;
+    for (int kv = 0; kv < 2; ++kv) in.states.push_back(bf16_exact(normal(rng, {pages * kKvPageSize, s.nkv, s.d})));
+  }
   return in;
 }
 
@@ -149,8 +203,8 @@ std::string attention_label(const AttentionShape& s, const BatchRows& batch) {
          batch_label(batch);
 }
 
-// After the call, a GPU cache holds the sequence's new keys and values rounded to BF16 at [past, past + count) and
-// is unchanged elsewhere (including the slack past its end).
+// After the call, a sequence's GPU pages hold its new keys and values rounded to BF16 at [past, past + count) and
+// are unchanged elsewhere (including the slack to the end of its last page).
 void check_caches(Verdict& v, const std::string& what, const SeqInputs& in, const SequenceOutputs& got) {
   for (size_t si = 0; si < in.batch.size(); ++si) {
     const SequenceRows seq = in.batch[si];
@@ -208,6 +262,7 @@ const CaseRegistrar reg_attn_race("attention_race", attention_race_case);
 const ControlRegistrar ctl_rotary(cuda::KernelFault::kRotaryWrongPairing, "rotary_embedding");
 const ControlRegistrar ctl_causal(cuda::KernelFault::kAttentionCausalOffByOne, "attention_small");
 const ControlRegistrar ctl_barrier(cuda::KernelFault::kAttentionMissingBarrier, "attention_race", 4);
+const ControlRegistrar ctl_pages(cuda::KernelFault::kAttentionPageTableIgnored, "attention_small");
 
 }  // namespace
 }  // namespace plumb::harness

@@ -107,11 +107,13 @@ void gated_rms_norm_case(Context& c) {
 void slice_columns_case(Context& c) {
   const int64_t C = 77;
   for (int64_t T : kRowCounts) {
-    const Tensor src = normal(c.rng, {T, C});
+    // One guard row past the source, so a kernel reading one column past a slice that ends the last row reads memory
+    // that exists instead of faulting.
+    const Tensor src = normal(c.rng, {T + 1, C});
     for (auto [begin_col, end_col] : {std::pair<int64_t, int64_t>{0, 1}, {5, 45}, {40, 77}}) {
       auto run = [&](Backend& be, int64_t begin, int64_t end) {
         Tensor dst = poisoned(be, DType::kF32, {end - begin, end_col - begin_col});
-        be.slice_columns(be.upload(src.rows(begin, end)), begin_col, end_col, dst);
+        be.slice_columns(be.upload(src.rows(begin, end + 1)).rows(0, end - begin), begin_col, end_col, dst);
         return fetch_f32(be, dst);
       };
       judge_per_row(
@@ -196,6 +198,11 @@ const CaseRegistrar reg_random("random_uniform", random_uniform_case);
 const ControlRegistrar ctl_embedding(cuda::KernelFault::kEmbeddingRowOffByOne, "embedding_bf16");
 const ControlRegistrar ctl_rms(cuda::KernelFault::kRmsNormSkipsWeight, "rms_norm_zero_centred");
 const ControlRegistrar ctl_gated(cuda::KernelFault::kGatedNormGateSign, "gated_rms_norm");
+const ControlRegistrar ctl_slice(cuda::KernelFault::kSliceColumnsOneLate, "slice_columns");
+const ControlRegistrar ctl_tail(cuda::KernelFault::kElementwiseDropsTail, "elementwise");
+const ControlRegistrar ctl_silu_mul(cuda::KernelFault::kSiluMulActivatesUp, "elementwise");
+const ControlRegistrar ctl_sigmoid_rows(cuda::KernelFault::kMulSigmoidRowsGateSign, "elementwise");
+const ControlRegistrar ctl_random(cuda::KernelFault::kRandomUniformCounterOffByOne, "random_uniform");
 
 }  // namespace
 }  // namespace plumb::harness

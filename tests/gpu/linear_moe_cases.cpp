@@ -2,6 +2,7 @@
 // docs/kernel-contract.md §Matrix products.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "op_harness.h"
@@ -22,7 +23,8 @@ Weight random_weight(std::mt19937_64& rng, const Shape& shape, DType dtype) {
 }
 
 void linear_case(Context& c, DType dtype) {
-  for (auto [K, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {2048, 130}}) {
+  // K = 77 is a multiple neither of 8 (the F32 kernel's groups, the 16-byte loads) nor of 32 (a k-chunk).
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {77, 33}, {2048, 130}}) {
     const Weight w = random_weight(c.rng, {N, K}, dtype);
     for (int64_t T : kRowCounts) {
       const Tensor x = normal(c.rng, {T, K});
@@ -42,6 +44,45 @@ void linear_case(Context& c, DType dtype) {
                     "linear " + std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " K=" + std::to_string(K) +
                         " N=" + std::to_string(N),
                     T, bound, run);
+    }
+  }
+}
+
+// linear with BF16 weights that each select one input column, w[n, k] = 1 for k = perm(n) and 0 otherwise: every
+// product but one is an exact zero, so y[t, n] is exactly the BF16 operand the GPU made of x[t, perm(n)], and must be
+// x[t, perm(n)] rounded to nearest even, bit for bit. linear_bf16's bound (2^-8 of Σ|x·w|) would also pass a
+// truncating conversion: its errors, within 2^-7 of each operand and of random sign after the product, stay far below
+// the bound. A quarter of x are exact ties (low 16 bits 0x8000) of either parity. T >= 17 stages the activations
+// through the conversion kernel (K = 136: four at a time, K = 45: one by one), T = 1 rounds them into the fragments.
+void linear_operand_rounding_case(Context& c) {
+  for (int64_t K : {int64_t{136}, int64_t{45}}) {
+    std::vector<int64_t> perm(static_cast<size_t>(K));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), c.rng);
+    Tensor select = Tensor::zeros(DType::kF32, {K, K});
+    for (int64_t n = 0; n < K; ++n) select.f32()[n * K + perm[n]] = 1.0f;
+    const Tensor w = to_dtype(select, DType::kBF16);
+    for (int64_t T : kRowCounts) {
+      Tensor x = normal(c.rng, {T, K});
+      for (int64_t i = 0; i < T * K; i += 4) {
+        uint32_t bits;
+        std::memcpy(&bits, x.f32() + i, sizeof bits);
+        bits = (bits & 0xffff0000u) | 0x8000u;
+        std::memcpy(x.f32() + i, &bits, sizeof bits);
+      }
+      const Tensor rounded = bf16_exact(x);
+      Tensor want = Tensor::zeros(DType::kF32, {T, K});
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < K; ++n) want.f32()[t * K + n] = rounded.f32()[t * K + perm[n]];
+      auto run = [&](int64_t begin, int64_t end) {
+        Tensor y = poisoned(c.gpu, DType::kF32, {end - begin, K});
+        c.gpu.linear(c.gpu.upload(x.rows(begin, end)), c.gpu.upload(w), y);
+        return fetch_f32(c.gpu, y);
+      };
+      const std::string what = "linear BF16 operand rounding T=" + std::to_string(T) + " K=" + std::to_string(K);
+      const Tensor got = run(0, T);
+      c.verdict.same_bits(what, got, want);
+      check_rows_alone(c.verdict, what, got, run);
     }
   }
 }
@@ -152,6 +193,7 @@ void moe_experts_case(Context& c, DType dtype) {
 const CaseRegistrar reg_linear_f32("linear_f32", [](Context& c) { linear_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_bf16("linear_bf16", [](Context& c) { linear_case(c, DType::kBF16); });
 const CaseRegistrar reg_linear_f16("linear_f16", [](Context& c) { linear_case(c, DType::kF16); });
+const CaseRegistrar reg_linear_rounding("linear_bf16_operand_rounding", linear_operand_rounding_case);
 const CaseRegistrar reg_route("moe_route", moe_route_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
 const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_experts_case(c, DType::kF32); });
@@ -159,6 +201,12 @@ const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_expe
 const ControlRegistrar ctl_linear(cuda::KernelFault::kLinearDropsLastKTile, "linear_bf16");
 const ControlRegistrar ctl_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route");
 const ControlRegistrar ctl_experts(cuda::KernelFault::kExpertsDropLastExpert, "moe_experts_bf16");
+// The F32 kernel's variant of kLinearDropsLastKTile, and its own bug.
+const ControlRegistrar ctl_linear_f32(cuda::KernelFault::kLinearDropsLastKTile, "linear_f32");
+const ControlRegistrar ctl_linear_remainder(cuda::KernelFault::kLinearF32DropsKRemainder, "linear_f32");
+const ControlRegistrar ctl_to_bf16(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_operand_rounding");
+const ControlRegistrar ctl_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_experts_f32");
+const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOfUp, "moe_experts_bf16");
 
 }  // namespace
 }  // namespace plumb::harness

@@ -144,10 +144,32 @@ ControlRegistrar::ControlRegistrar(cuda::KernelFault fault, std::string case_nam
 const std::vector<cuda::KernelFault>& all_faults() {
   using F = cuda::KernelFault;
   static const std::vector<F> faults = {
-      F::kEmbeddingRowOffByOne,     F::kRmsNormSkipsWeight,    F::kGatedNormGateSign,  F::kRouteTiesToHigher,
-      F::kLinearDropsLastKTile,     F::kExpertsDropLastExpert, F::kConvIgnoresState,   F::kGdnGateSign,
-      F::kGdnChunkBoundaryOffByOne, F::kGdnMissingBarrier,     F::kRotaryWrongPairing, F::kAttentionCausalOffByOne,
-      F::kAttentionMissingBarrier};
+      F::kEmbeddingRowOffByOne,
+      F::kRmsNormSkipsWeight,
+      F::kGatedNormGateSign,
+      F::kRouteTiesToHigher,
+      F::kSliceColumnsOneLate,
+      F::kElementwiseDropsTail,
+      F::kSiluMulActivatesUp,
+      F::kMulSigmoidRowsGateSign,
+      F::kRandomUniformCounterOffByOne,
+      F::kSampleTiesToHigher,
+      F::kSampleTopPOneShort,
+      F::kLinearDropsLastKTile,
+      F::kExpertsDropLastExpert,
+      F::kLinearF32DropsKRemainder,
+      F::kLinearToBf16Truncates,
+      F::kExpertsGroupClampOffByOne,
+      F::kExpertsSiluSigmoidOfUp,
+      F::kConvIgnoresState,
+      F::kGdnGateSign,
+      F::kGdnChunkBoundaryOffByOne,
+      F::kGdnMissingBarrier,
+      F::kRotaryWrongPairing,
+      F::kAttentionCausalOffByOne,
+      F::kAttentionMissingBarrier,
+      F::kAttentionPageTableIgnored,
+  };
   return faults;
 }
 
@@ -164,10 +186,32 @@ const char* fault_name(cuda::KernelFault fault) {
       return "GatedNormGateSign";
     case F::kRouteTiesToHigher:
       return "RouteTiesToHigher";
+    case F::kSliceColumnsOneLate:
+      return "SliceColumnsOneLate";
+    case F::kElementwiseDropsTail:
+      return "ElementwiseDropsTail";
+    case F::kSiluMulActivatesUp:
+      return "SiluMulActivatesUp";
+    case F::kMulSigmoidRowsGateSign:
+      return "MulSigmoidRowsGateSign";
+    case F::kRandomUniformCounterOffByOne:
+      return "RandomUniformCounterOffByOne";
+    case F::kSampleTiesToHigher:
+      return "SampleTiesToHigher";
+    case F::kSampleTopPOneShort:
+      return "SampleTopPOneShort";
     case F::kLinearDropsLastKTile:
       return "LinearDropsLastKTile";
     case F::kExpertsDropLastExpert:
       return "ExpertsDropLastExpert";
+    case F::kLinearF32DropsKRemainder:
+      return "LinearF32DropsKRemainder";
+    case F::kLinearToBf16Truncates:
+      return "LinearToBf16Truncates";
+    case F::kExpertsGroupClampOffByOne:
+      return "ExpertsGroupClampOffByOne";
+    case F::kExpertsSiluSigmoidOfUp:
+      return "ExpertsSiluSigmoidOfUp";
     case F::kConvIgnoresState:
       return "ConvIgnoresState";
     case F::kGdnGateSign:
@@ -182,6 +226,8 @@ const char* fault_name(cuda::KernelFault fault) {
       return "AttentionCausalOffByOne";
     case F::kAttentionMissingBarrier:
       return "AttentionMissingBarrier";
+    case F::kAttentionPageTableIgnored:
+      return "AttentionPageTableIgnored";
   }
   return "Unknown";
 }

@@ -1,6 +1,7 @@
-// Harness case of sample_tokens: the GPU must pick the reference's token, except where the draw lands within
-// rounding of a boundary (of the top-p cut or of a token's cumulative interval); there either neighbour is accepted,
-// as decided by a double-precision transcription of the rule. docs/kernel-contract.md §Sampling.
+// Harness case of sample_tokens, on random rows and on rows built so that the top-k and top-p cuts decide the pick:
+// the GPU must pick the reference's token, except where the draw lands within rounding of a boundary (of the top-p
+// cut or of a token's cumulative interval); there either neighbour is accepted, as decided by a double-precision
+// transcription of the rule. docs/kernel-contract.md §Sampling.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -46,7 +47,37 @@ std::set<int32_t> acceptable_tokens(const float* logits, int64_t V, const TokenD
   return out;
 }
 
-void sample_case(Context& c) {
+// The GPU's pick for each row must be the reference's, or, where the draw is ambiguous, another token the
+// double-precision rule allows; then the rows alone must repeat the batch's picks.
+void judge_draws(Context& c, const std::string& what, const Tensor& logits, const std::vector<TokenDraw>& draws) {
+  const int64_t R = logits.dim(0), V = logits.dim(1);
+  auto run = [&](Backend& be, int64_t begin, int64_t end) {
+    Tensor ids = poisoned(be, DType::kI32, {end - begin});
+    be.sample_tokens(be.upload(logits.rows(begin, end)),
+                     std::vector<TokenDraw>(draws.begin() + begin, draws.begin() + end), ids);
+    return be.download(ids);
+  };
+  const Tensor want = run(c.cpu, 0, R), got = run(c.gpu, 0, R);
+  int64_t ambiguous = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t g = got.data_as<int32_t>()[r], w = want.data_as<int32_t>()[r];
+    const std::set<int32_t> ok = acceptable_tokens(logits.f32() + r * V, V, draws[r]);
+    ambiguous += ok.size() > 1;
+    if (!ok.count(w))
+      c.verdict.fail(what + " row " + std::to_string(r) + ": the reference picked " + std::to_string(w) +
+                     ", which the double-precision rule does not allow");
+    if (g != w && !(ok.size() > 1 && ok.count(g)))
+      c.verdict.fail(what + " row " + std::to_string(r) + ": picked " + std::to_string(g) + ", reference " +
+                     std::to_string(w) + " (temperature " + std::to_string(draws[r].temperature) + ", top_k " +
+                     std::to_string(draws[r].top_k) + ", top_p " + std::to_string(draws[r].top_p) + ")");
+  }
+  std::printf("[ harness  ] %-48s %lld of %lld rows within rounding of a boundary\n", what.c_str(),
+              static_cast<long long>(ambiguous), static_cast<long long>(R));
+  check_rows_alone(c.verdict, what, got, [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end); });
+}
+
+// Random logits under a mix of draws, with a tie for the maximum planted in every row.
+void random_rows(Context& c) {
   for (int64_t V : {int64_t{1000}, int64_t{151936}}) {
     for (int64_t R : {int64_t{1}, int64_t{3}, int64_t{64}}) {
       Tensor logits = normal(c.rng, {R, V}, 2.0f);
@@ -62,35 +93,56 @@ void sample_case(Context& c) {
         const int64_t top = std::max_element(row, row + V) - row;
         row[(top + 1 + static_cast<int64_t>(c.rng() % (V - 1))) % V] = row[top];
       }
-      auto run = [&](Backend& be, int64_t begin, int64_t end) {
-        Tensor ids = poisoned(be, DType::kI32, {end - begin});
-        be.sample_tokens(be.upload(logits.rows(begin, end)),
-                         std::vector<TokenDraw>(draws.begin() + begin, draws.begin() + end), ids);
-        return be.download(ids);
-      };
-      const std::string what = "sample_tokens V=" + std::to_string(V) + " R=" + std::to_string(R);
-      const Tensor want = run(c.cpu, 0, R), got = run(c.gpu, 0, R);
-      int64_t ambiguous = 0;
-      for (int64_t r = 0; r < R; ++r) {
-        const int32_t g = got.data_as<int32_t>()[r], w = want.data_as<int32_t>()[r];
-        const std::set<int32_t> ok = acceptable_tokens(logits.f32() + r * V, V, draws[r]);
-        ambiguous += ok.size() > 1;
-        if (!ok.count(w))
-          c.verdict.fail(what + " row " + std::to_string(r) + ": the reference picked " + std::to_string(w) +
-                         ", which the double-precision rule does not allow");
-        if (g != w && !(ok.size() > 1 && ok.count(g)))
-          c.verdict.fail(what + " row " + std::to_string(r) + ": picked " + std::to_string(g) + ", reference " +
-                         std::to_string(w) + " (temperature " + std::to_string(draws[r].temperature) + ", top_k " +
-                         std::to_string(draws[r].top_k) + ", top_p " + std::to_string(draws[r].top_p) + ")");
-      }
-      std::printf("[ harness  ] %-48s %lld of %lld rows within rounding of a boundary\n", what.c_str(),
-                  static_cast<long long>(ambiguous), static_cast<long long>(R));
-      check_rows_alone(c.verdict, what, got, [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end); });
+      judge_draws(c, "sample_tokens V=" + std::to_string(V) + " R=" + std::to_string(R), logits, draws);
     }
   }
 }
 
+// Rows on which the top-k and top-p cuts decide the pick, far from any rounding boundary. Three likely tokens (random
+// distinct ids) weigh 5 : 3 : 2 and every other token e^-40 of the first; u is drawn in [0.82, 0.95]. Rows 0-1 cut at
+// top_p = 0.7, rows 2-3 at top_k = 2: either keeps the first two (running weights 0.5, 0.8, 1 of the total, so the
+// cut is 0.1 from the next), and u · 0.8 in [0.656, 0.76] picks the second. Keeping one token fewer picks the first,
+// one more (u · 1 in [0.82, 0.95]) the third. Rows 4-5 tie the first two for the maximum and keep top_k = 1: the lower
+// id of the two. Every margin is at least 0.02 of the total weight, 20 times the rule's slack, so the reference's
+// pick is the only token allowed.
+void cut_rows(Context& c) {
+  const int64_t R = 6;
+  for (int64_t V : {int64_t{1000}, int64_t{151936}}) {
+    Tensor logits = Tensor::from_f32(std::vector<float>(static_cast<size_t>(R * V), -40.0f), {R, V});
+    std::vector<TokenDraw> draws(static_cast<size_t>(R));
+    std::uniform_int_distribution<int64_t> token(0, V - 1);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t first = token(c.rng);
+      int64_t second = token(c.rng), third = token(c.rng);
+      while (second == first) second = token(c.rng);
+      while (third == first || third == second) third = token(c.rng);
+      const bool tie = r >= 4;
+      // Temperatures 1 and 0.7, the logits scaled by it so that the weights stay 5 : 3 : 2.
+      const float temperature = r % 2 ? 0.7f : 1.0f;
+      float* row = logits.f32() + r * V;
+      row[first] = 0.0f;
+      row[second] = tie ? 0.0f : temperature * std::log(0.6f);
+      row[third] = temperature * std::log(0.4f);
+      draws[r] = {temperature, r < 2 ? 0 : (tie ? 1 : 2), r < 2 ? 0.7f : 1.0f, c.rng(), c.rng() % 100000};
+      while (true) {
+        const float u = uniform_f32_from_counter(draws[r].seed, draws[r].step);
+        if (u >= 0.82f && u <= 0.95f) break;
+        ++draws[r].step;
+      }
+    }
+    judge_draws(c, "sample_tokens cut rows V=" + std::to_string(V), logits, draws);
+  }
+}
+
+void sample_case(Context& c) {
+  random_rows(c);
+  cut_rows(c);
+}
+
 const CaseRegistrar reg_sample("sample_tokens", sample_case);
+
+const ControlRegistrar ctl_ties(cuda::KernelFault::kSampleTiesToHigher, "sample_tokens");
+const ControlRegistrar ctl_top_p(cuda::KernelFault::kSampleTopPOneShort, "sample_tokens");
 
 }  // namespace
 }  // namespace plumb::harness

@@ -32,10 +32,14 @@ bool same_bits(const void* a, const void* b, size_t bytes) {
   return std::memcmp(a, b, bytes) == 0;
 }
 
-// Every layer's conv, recurrent and filled KV state, bit for bit.
-void expect_same_state(const SequenceState& a, const SequenceState& b, const std::string& where) {
+// Every layer's conv, recurrent and filled KV state (positions [0, position) in order, wherever their pages lie), bit
+// for bit.
+void expect_same_state(const Qwen3NextModel& model, const SequenceState& a, const SequenceState& b,
+                       const std::string& where) {
   ASSERT_EQ(a.position, b.position) << where;
   ASSERT_EQ(a.layers.size(), b.layers.size()) << where;
+  Backend& be = model.backend();
+  const KvPagePool& pool = model.kv_pool();
   for (size_t i = 0; i < a.layers.size(); ++i) {
     const LayerState &x = a.layers[i], &y = b.layers[i];
     const std::string layer = where + ", layer " + std::to_string(i);
@@ -43,8 +47,10 @@ void expect_same_state(const SequenceState& a, const SequenceState& b, const std
       EXPECT_TRUE(same_bits(x.recurrent_state.data(), y.recurrent_state.data(), x.recurrent_state.nbytes())) << layer;
       EXPECT_TRUE(same_bits(x.conv_state.data(), y.conv_state.data(), x.conv_state.nbytes())) << layer;
     } else {
-      const Tensor xk = x.kv.k.rows(0, a.position), yk = y.kv.k.rows(0, a.position);
-      const Tensor xv = x.kv.v.rows(0, a.position), yv = y.kv.v.rows(0, a.position);
+      const Tensor xk = gather_positions(be, pool.k(i), a.kv_pages.ids(), a.position);
+      const Tensor yk = gather_positions(be, pool.k(i), b.kv_pages.ids(), b.position);
+      const Tensor xv = gather_positions(be, pool.v(i), a.kv_pages.ids(), a.position);
+      const Tensor yv = gather_positions(be, pool.v(i), b.kv_pages.ids(), b.position);
       EXPECT_TRUE(same_bits(xk.data(), yk.data(), xk.nbytes())) << layer << " keys";
       EXPECT_TRUE(same_bits(xv.data(), yv.data(), xv.nbytes())) << layer << " values";
     }
@@ -59,7 +65,8 @@ class BatchInvariance : public ::testing::TestWithParam<const char*> {
 
 // One sequence (a 70-token prompt, then decode steps) runs alone and, in lockstep, in a batch with 2 and with 5
 // companions of other lengths that keep prefilling and decoding alongside it. After every call its logits rows and
-// its whole state are bit-identical in both runs.
+// its whole state are bit-identical in both runs. Alone, its KV pages come in order; in the batch they interleave
+// with the companions' pages.
 TEST_P(BatchInvariance, ASequenceIsBitIdenticalAloneAndInABatch) {
   const Qwen3NextModel model = open();
   const int64_t V = model.config().vocab_size;
@@ -69,9 +76,9 @@ TEST_P(BatchInvariance, ASequenceIsBitIdenticalAloneAndInABatch) {
   for (const int64_t companions : {2, 5}) {
     SCOPED_TRACE(std::to_string(companions) + " companions");
     const size_t slot = companions == 2 ? 0 : 3;  // where the sequence sits in the batch: first, or in the middle
-    SequenceState alone = model.new_sequence(), shared = model.new_sequence(16);  // 16: the cache grows mid-run
+    SequenceState alone = model.new_sequence(), shared = model.new_sequence();
     std::vector<SequenceState> others;
-    for (int64_t j = 0; j < companions; ++j) others.push_back(model.new_sequence(8));
+    for (int64_t j = 0; j < companions; ++j) others.push_back(model.new_sequence());
     for (int64_t call = 0; call <= static_cast<int64_t>(decoded.size()); ++call) {
       const std::vector<int32_t> ids = call == 0 ? prompt : std::vector<int32_t>{decoded[call - 1]};
       // Prefill on the first call; afterwards companions alternate between decode steps and prompt pieces.
@@ -94,7 +101,7 @@ TEST_P(BatchInvariance, ASequenceIsBitIdenticalAloneAndInABatch) {
       const size_t bytes = static_cast<size_t>(alone_logits.numel()) * sizeof(float);
       ASSERT_LE((row + alone_logits.dim(0)) * V, batch_logits.numel()) << where;
       EXPECT_TRUE(same_bits(alone_logits.f32(), batch_logits.f32() + row * V, bytes)) << where;
-      expect_same_state(alone, shared, where);
+      expect_same_state(model, alone, shared, where);
     }
   }
 }
@@ -122,7 +129,7 @@ TEST_P(BatchInvariance, PrefillSplitAtAChunkBoundaryIsBitIdentical) {
     const Tensor second = model.forward(state, tail, LogitsRows::kAll, c.algorithm);  // [130 - split, V]
     EXPECT_TRUE(same_bits(whole.f32(), first.f32(), first.nbytes())) << where;
     EXPECT_TRUE(same_bits(whole.f32() + c.split * V, second.f32(), second.nbytes())) << where;
-    expect_same_state(whole_state, state, where);
+    expect_same_state(model, whole_state, state, where);
   }
 }
 

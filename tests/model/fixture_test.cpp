@@ -103,7 +103,7 @@ TEST_P(Fixture, SplitPrefillAndDecodeMatchOnePrefill) {
   EXPECT_TRUE(test::max_abs_diff(whole, recurrent) <= kLogitTolerance) << test::max_abs_diff(whole, recurrent);
 
   // Pieces: 65 tokens, then 1, then 40, then single-token decode steps to the end.
-  SequenceState state = model.new_sequence(8);  // small, so the KV cache must grow
+  SequenceState state = model.new_sequence(8);  // one KV page: the sequence takes more as it grows
   int64_t done = 0;
   auto run = [&](int64_t n) {
     const std::vector<int32_t> piece(ids.begin() + done, ids.begin() + done + n);

@@ -1,26 +1,22 @@
 // The CPU reference ops against plain double-precision transcriptions of their formulas, on awkward sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "support/random.h"
+#include "support/seeded_test.h"
 #include "support/tensors.h"
 
 namespace plumb {
 namespace {
 
-class CpuOps : public ::testing::Test {
+class CpuOps : public test::SeededTest {
  protected:
-  void SetUp() override {
-    seed_ = std::random_device{}();
-    rng_.seed(seed_);
-  }
-  std::string trace() const { return "seed " + std::to_string(seed_); }
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
   CpuBackend be_;
 };
 
@@ -76,21 +72,110 @@ TEST_F(CpuOps, RmsNormVariants) {
   }
 }
 
+// What the pool pages no sequence owns hold.
+constexpr float kUnowned = 7.0f;
+
+bool holds_only(const Tensor& t, float value) {
+  return std::all_of(t.f32(), t.f32() + t.numel(), [&](float x) { return x == value; });
+}
+
+enum class PageOrder {
+  kInOrder,   // sequence after sequence, each its pages in position order
+  kShuffled,  // handed out round-robin across the sequences from a shuffled list: out of order and interleaved
+};
+
+// Page tables for sequences of counts[i] pages sharing one pool of Σ counts pages.
+std::vector<std::vector<int32_t>> page_tables(const std::vector<int64_t>& counts, PageOrder order,
+                                              std::mt19937_64& rng) {
+  std::vector<int32_t> ids(static_cast<size_t>(std::accumulate(counts.begin(), counts.end(), int64_t{0})));
+  std::iota(ids.begin(), ids.end(), 0);
+  if (order == PageOrder::kShuffled) std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<int32_t>> tables(counts.size());
+  size_t next = 0;
+  for (size_t i = 0; i < counts.size() && order == PageOrder::kInOrder; ++i)
+    for (int64_t j = 0; j < counts[i]; ++j) tables[i].push_back(ids[next++]);
+  for (int64_t j = 0; next < ids.size(); ++j)
+    for (size_t i = 0; i < counts.size(); ++i)
+      if (j < counts[i]) tables[i].push_back(ids[next++]);
+  return tables;
+}
+
+// A pool [pool_pages, kKvPageSize, nkv, d] holding cache i ([pages · kKvPageSize, nkv, d] by position) in the pages
+// tables[i] lists; the pages no table lists hold `fill`.
+Tensor paged_pool(const std::vector<Tensor>& logical, const std::vector<std::vector<int32_t>>& tables,
+                  int64_t pool_pages, float fill) {
+  const int64_t nkv = logical[0].dim(1), d = logical[0].dim(2), page_elements = kKvPageSize * nkv * d;
+  Tensor pool = Tensor::from_f32(std::vector<float>(static_cast<size_t>(pool_pages * page_elements), fill),
+                                 {pool_pages, kKvPageSize, nkv, d});
+  for (size_t i = 0; i < logical.size(); ++i)
+    for (size_t j = 0; j < tables[i].size(); ++j)
+      std::memcpy(pool.f32() + tables[i][j] * page_elements, logical[i].f32() + j * page_elements,
+                  static_cast<size_t>(page_elements) * sizeof(float));
+  return pool;
+}
+
+// Positions [0, positions) of a cache, in position order, from its pool and page table: [positions, nkv, d].
+Tensor logical_cache(const Tensor& pool, const std::vector<int32_t>& table, int64_t positions) {
+  const int64_t nkv = pool.dim(2), d = pool.dim(3);
+  Tensor out = Tensor::zeros(DType::kF32, {positions, nkv, d});
+  for (int64_t p = 0; p < positions; ++p)
+    std::memcpy(out.f32() + p * nkv * d,
+                pool.f32() + ((table[p / kKvPageSize] * kKvPageSize + p % kKvPageSize) * nkv * d),
+                static_cast<size_t>(nkv * d) * sizeof(float));
+  return out;
+}
+
+// One attention call over the caches of `batch` (caches[i]: [pages_i · kKvPageSize, nkv, d] by position) laid out in
+// one pool by `order`, with `spare` pages no sequence owns. Returns the output and each cache's content by position
+// after the call, whole pages, so anything written outside the new positions shows.
+struct PagedRun {
+  Tensor o;                  // [T, nq, d]
+  std::vector<Tensor> k, v;  // per sequence: [pages · kKvPageSize, nkv, d]
+  Tensor k_spare, v_spare;   // [spare pages · kKvPageSize, nkv, d]
+};
+PagedRun run_paged(Backend& be, const Tensor& q, const Tensor& k, const Tensor& v, const BatchRows& batch,
+                   const std::vector<Tensor>& k_caches, const std::vector<Tensor>& v_caches, PageOrder order,
+                   int64_t spare, std::mt19937_64& rng) {
+  std::vector<int64_t> counts;
+  for (const Tensor& c : k_caches) counts.push_back(c.dim(0) / kKvPageSize);
+  counts.push_back(spare);  // the spare pages as one more table, which no call sees
+  const std::vector<std::vector<int32_t>> tables = page_tables(counts, order, rng);
+  const int64_t pool_pages = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const Tensor k_pool = paged_pool(k_caches, tables, pool_pages, kUnowned);
+  const Tensor v_pool = paged_pool(v_caches, tables, pool_pages, kUnowned);
+  std::vector<KvCache> caches;
+  for (size_t i = 0; i < batch.size(); ++i) caches.push_back({k_pool, v_pool, tables[i]});
+  std::vector<KvCache*> pointers;
+  for (KvCache& c : caches) pointers.push_back(&c);
+  PagedRun run{Tensor::zeros(DType::kF32, q.shape()), {}, {}, {}, {}};
+  be.attention(q, k, v, pointers, batch, run.o);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    run.k.push_back(logical_cache(k_pool, tables[i], k_caches[i].dim(0)));
+    run.v.push_back(logical_cache(v_pool, tables[i], v_caches[i].dim(0)));
+  }
+  run.k_spare = logical_cache(k_pool, tables.back(), spare * kKvPageSize);
+  run.v_spare = logical_cache(v_pool, tables.back(), spare * kKvPageSize);
+  return run;
+}
+
 TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
   SCOPED_TRACE(trace());
-  const int64_t past = 5, T = 7, nq = 6, nkv = 2, d = 12, capacity = 20;
+  // Positions 60..66 arrive with the call: they cross from the sequence's first page into its second.
+  const int64_t past = 60, T = 7, nq = 6, nkv = 2, d = 12, positions = 2 * kKvPageSize;
   const Tensor q = test::random_tensor(rng_, {T, nq, d});
   // Keys and values by position: rows [0, past) are already cached, rows [past, past + T) arrive with the call.
-  const Tensor k = test::random_tensor(rng_, {capacity, nkv, d}), v = test::random_tensor(rng_, {capacity, nkv, d});
-  KvCache cache{test::clone(k), test::clone(v)};
+  const Tensor k = test::random_tensor(rng_, {positions, nkv, d}), v = test::random_tensor(rng_, {positions, nkv, d});
   // Rows the call must overwrite hold garbage, so reading the cache before writing it would show.
-  for (int64_t i = past * nkv * d; i < capacity * nkv * d; ++i) cache.k.f32()[i] = cache.v.f32()[i] = 1e3f;
-  Tensor o = Tensor::zeros(DType::kF32, {T, nq, d});
-  be_.attention(q, k.rows(past, past + T), v.rows(past, past + T), {&cache}, BatchRows{SequenceRows{0, T, past}}, o);
-  // The new keys and values land at their positions; later rows are untouched.
-  EXPECT_TRUE(test::same_bits(cache.k.rows(0, past + T), k.rows(0, past + T)));
-  EXPECT_TRUE(test::same_bits(cache.v.rows(0, past + T), v.rows(0, past + T)));
-  EXPECT_EQ(cache.k.f32()[(past + T) * nkv * d], 1e3f);
+  Tensor k_cache = test::clone(k), v_cache = test::clone(v);
+  for (int64_t i = past * nkv * d; i < positions * nkv * d; ++i) k_cache.f32()[i] = v_cache.f32()[i] = 1e3f;
+  const PagedRun run =
+      run_paged(be_, q, k.rows(past, past + T), v.rows(past, past + T), BatchRows{SequenceRows{0, T, past}}, {k_cache},
+                {v_cache}, PageOrder::kShuffled, 1, rng_);
+  // The new keys and values land at their positions; later positions and the spare page are untouched.
+  EXPECT_TRUE(test::same_bits(run.k[0].rows(0, past + T), k.rows(0, past + T)));
+  EXPECT_TRUE(test::same_bits(run.v[0].rows(0, past + T), v.rows(0, past + T)));
+  EXPECT_TRUE(test::same_bits(run.k[0].rows(past + T, positions), k_cache.rows(past + T, positions)));
+  EXPECT_TRUE(holds_only(run.k_spare, kUnowned) && holds_only(run.v_spare, kUnowned));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < nq; ++h) {
       const int64_t g = h / (nq / nkv), n = past + t + 1;
@@ -105,50 +190,63 @@ TEST_F(CpuOps, AttentionMatchesDoubleSoftmax) {
       for (int64_t c = 0; c < d; ++c) {
         double ref = 0;
         for (int64_t j = 0; j < n; ++j) ref += p[j] / total * v.f32()[(j * nkv + g) * d + c];
-        ASSERT_TRUE(std::fabs(o.f32()[(t * nq + h) * d + c] - ref) <= 1e-5) << t << " " << h << " " << c;
+        ASSERT_TRUE(std::fabs(run.o.f32()[(t * nq + h) * d + c] - ref) <= 1e-5) << t << " " << h << " " << c;
       }
     }
 }
 
-// Three sequences of ragged lengths, each with history in its own cache, in one call: each one's output rows and
-// cache are bit-identical to calling it alone.
-TEST_F(CpuOps, BatchedAttentionIsBitIdenticalToEachSequenceAlone) {
+// Three sequences of ragged lengths, each with history in its cache, with every page layout and both roundings of
+// the reference: in one call over a shared pool, each one's output rows and cache content are bit-identical to
+// calling it alone over a pool of its own pages in order. Where the pages lie, in what order and among whose pages,
+// changes nothing.
+TEST_F(CpuOps, BatchedPagedAttentionIsBitIdenticalToEachSequenceAlone) {
   SCOPED_TRACE(trace());
   const int64_t nq = 4, nkv = 2, d = 16;
   const BatchRows batch = {{0, 70, 100}, {70, 1, 7}, {71, 37, 64}};
   const int64_t T = 108;
   const Tensor q = test::random_tensor(rng_, {T, nq, d});
   const Tensor k = test::random_tensor(rng_, {T, nkv, d}), v = test::random_tensor(rng_, {T, nkv, d});
-  std::vector<KvCache> initial, batched;
+  std::vector<Tensor> k_caches, v_caches;
   for (const SequenceRows& seq : batch) {
-    // Capacity past + count + 3: room beyond the last position, which must stay as it was.
-    const int64_t capacity = seq.past + seq.count + 3;
-    initial.push_back({test::random_tensor(rng_, {capacity, nkv, d}), test::random_tensor(rng_, {capacity, nkv, d})});
-    batched.push_back({test::clone(initial.back().k), test::clone(initial.back().v)});
+    // Whole pages past past + count: room beyond the last position, which must stay as it was.
+    const int64_t positions = (seq.past + seq.count) / kKvPageSize * kKvPageSize + kKvPageSize;
+    k_caches.push_back(test::random_tensor(rng_, {positions, nkv, d}));
+    v_caches.push_back(test::random_tensor(rng_, {positions, nkv, d}));
   }
-  std::vector<KvCache*> caches;
-  for (KvCache& c : batched) caches.push_back(&c);
-  Tensor o = Tensor::zeros(DType::kF32, {T, nq, d});
-  be_.attention(q, k, v, caches, batch, o);
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const int64_t begin = batch[s].begin, end = begin + batch[s].count;
-    KvCache alone{test::clone(initial[s].k), test::clone(initial[s].v)};
-    Tensor alone_o = Tensor::zeros(DType::kF32, {end - begin, nq, d});
-    be_.attention(q.rows(begin, end), k.rows(begin, end), v.rows(begin, end), {&alone},
-                  BatchRows{SequenceRows{0, end - begin, batch[s].past}}, alone_o);
-    EXPECT_TRUE(test::same_bits(o.rows(begin, end), alone_o)) << "sequence " << s;
-    EXPECT_TRUE(test::same_bits(batched[s].k, alone.k)) << "sequence " << s;
-    EXPECT_TRUE(test::same_bits(batched[s].v, alone.v)) << "sequence " << s;
+  for (CpuRounding rounding : {CpuRounding::kF32, CpuRounding::kBf16Operands}) {
+    CpuBackend be(rounding);
+    for (PageOrder order : {PageOrder::kInOrder, PageOrder::kShuffled}) {
+      const PagedRun batched = run_paged(be, q, k, v, batch, k_caches, v_caches, order, 2, rng_);
+      for (size_t s = 0; s < batch.size(); ++s) {
+        SCOPED_TRACE("sequence " + std::to_string(s) + (order == PageOrder::kInOrder ? ", in order" : ", shuffled") +
+                     (rounding == CpuRounding::kF32 ? ", F32" : ", BF16 operands"));
+        const int64_t begin = batch[s].begin, end = begin + batch[s].count;
+        const PagedRun alone = run_paged(be, q.rows(begin, end), k.rows(begin, end), v.rows(begin, end),
+                                         BatchRows{SequenceRows{0, end - begin, batch[s].past}}, {k_caches[s]},
+                                         {v_caches[s]}, PageOrder::kInOrder, 0, rng_);
+        EXPECT_TRUE(test::same_bits(batched.o.rows(begin, end), alone.o));
+        EXPECT_TRUE(test::same_bits(batched.k[s], alone.k[0]));
+        EXPECT_TRUE(test::same_bits(batched.v[s], alone.v[0]));
+      }
+      EXPECT_TRUE(holds_only(batched.k_spare, kUnowned) && holds_only(batched.v_spare, kUnowned));
+    }
   }
 }
 
-TEST_F(CpuOps, AttentionRefusesACacheTooSmall) {
-  const int64_t T = 3, nkv = 1, d = 4;
+TEST_F(CpuOps, AttentionRefusesAShortPageTableAndPagesOutsideThePool) {
+  const int64_t T = 3, past = 62, nkv = 1, d = 4;  // positions 62..64 need two pages
   const Tensor q = test::random_tensor(rng_, {T, 2, d}), k = test::random_tensor(rng_, {T, nkv, d});
-  KvCache cache{Tensor::zeros(DType::kF32, {T + 1, nkv, d}), Tensor::zeros(DType::kF32, {T + 1, nkv, d})};
+  const Tensor pool = Tensor::zeros(DType::kF32, {2, kKvPageSize, nkv, d});
   Tensor o = Tensor::zeros(DType::kF32, {T, 2, d});
-  EXPECT_THROW(be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, 2}}, o), Error);
-  EXPECT_NO_THROW(be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, 1}}, o));
+  auto call = [&](std::vector<int32_t> table, int64_t past_tokens) {
+    KvCache cache{pool, pool, table};
+    be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, past_tokens}}, o);
+  };
+  EXPECT_THROW(call({1}, past), Error);      // one page for 65 positions
+  EXPECT_THROW(call({1, 2}, past), Error);   // page 2 of a pool of 2
+  EXPECT_THROW(call({1, -1}, past), Error);  // a negative page id
+  EXPECT_NO_THROW(call({1, 0}, past));
+  EXPECT_NO_THROW(call({1}, past - 3));  // 62 positions fit one page
 }
 
 TEST_F(CpuOps, RotaryEmbeddingRotatesPairsHalfApart) {

@@ -5,20 +5,14 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "support/random.h"
+#include "support/seeded_test.h"
 #include "support/tensors.h"
 
 namespace plumb {
 namespace {
 
-class Bf16Operands : public ::testing::Test {
+class Bf16Operands : public test::SeededTest {
  protected:
-  void SetUp() override {
-    seed_ = std::random_device{}();
-    rng_.seed(seed_);
-  }
-  std::string trace() const { return "seed " + std::to_string(seed_); }
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
   CpuBackend exact_;
   CpuBackend rounded_{CpuRounding::kBf16Operands};
 };
@@ -92,14 +86,18 @@ TEST_F(Bf16Operands, AttentionCachesBf16KeysAndValues) {
   const int64_t T = 9, nq = 4, nkv = 2, d = 16;
   const Tensor q = test::random_tensor(rng_, {T, nq, d});
   const Tensor k = test::random_tensor(rng_, {T, nkv, d}), v = test::random_tensor(rng_, {T, nkv, d});
-  KvCache cache{Tensor::zeros(DType::kF32, {T, nkv, d}), Tensor::zeros(DType::kF32, {T, nkv, d})};
-  KvCache exact_cache{Tensor::zeros(DType::kF32, {T, nkv, d}), Tensor::zeros(DType::kF32, {T, nkv, d})};
+  // One page each: positions [0, T) are rows [0, T) of the pool.
+  const std::vector<int32_t> page_table = {0};
+  const Shape pool = {1, kKvPageSize, nkv, d};
+  KvCache cache{Tensor::zeros(DType::kF32, pool), Tensor::zeros(DType::kF32, pool), page_table};
+  KvCache exact_cache{Tensor::zeros(DType::kF32, pool), Tensor::zeros(DType::kF32, pool), page_table};
   Tensor o = Tensor::zeros(DType::kF32, {T, nq, d}), exact_o = Tensor::zeros(DType::kF32, {T, nq, d});
   rounded_.attention(q, k, v, {&cache}, BatchRows{SequenceRows{0, T, 0}}, o);
   exact_.attention(q, k, v, {&exact_cache}, BatchRows{SequenceRows{0, T, 0}}, exact_o);
-  EXPECT_TRUE(test::same_bits(cache.k, rounded_copy(k)));
-  EXPECT_TRUE(test::same_bits(cache.v, rounded_copy(v)));
-  EXPECT_FALSE(bf16_exact(exact_cache.k));
+  auto positions = [&](const Tensor& pool_tensor) { return pool_tensor.reshape({kKvPageSize, nkv, d}).rows(0, T); };
+  EXPECT_TRUE(test::same_bits(positions(cache.k), rounded_copy(k)));
+  EXPECT_TRUE(test::same_bits(positions(cache.v), rounded_copy(v)));
+  EXPECT_FALSE(bf16_exact(positions(exact_cache.k)));
   // Outputs are averages of BF16-exact values with weights that sum to 1 within BF16 rounding: each is within a few
   // BF16 units (2^-8 relative, doubled for q and the probabilities) of the exact reference.
   const float err = test::max_abs_diff(o, exact_o);

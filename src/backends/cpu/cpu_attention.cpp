@@ -1,4 +1,4 @@
-// Rotary embedding and causal grouped-query attention on the CPU.
+// Rotary embedding and causal grouped-query attention over paged caches on the CPU.
 #include <algorithm>
 #include <cstring>
 
@@ -43,20 +43,22 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
-    KvCache& cache = *caches[s];
-    PLUMB_CHECK(cache.k.rank() == 3 && cache.k.dim(0) >= seq.past + seq.count && cache.k.dim(1) == nkv &&
-                    cache.k.dim(2) == d && cache.k.dtype() == DType::kF32,
-                "attention: cache {} cannot hold {} positions of {} KV heads of {}", shape_str(cache.k.shape()),
-                seq.past + seq.count, nkv, d);
-    expect_shape(cache.v, cache.k.shape(), "attention", "v cache");
-    const size_t row_bytes = static_cast<size_t>(nkv * d) * sizeof(float);
-    float* const new_k = cache.k.f32() + seq.past * nkv * d;  // [count, nkv, d]
-    float* const new_v = cache.v.f32() + seq.past * nkv * d;  // [count, nkv, d]
-    std::memcpy(new_k, k.f32() + seq.begin * nkv * d, seq.count * row_bytes);
-    std::memcpy(new_v, v.f32() + seq.begin * nkv * d, seq.count * row_bytes);
-    if (rounds_attention()) {
-      cpu::round_to_bf16(new_k, seq.count * nkv * d);
-      cpu::round_to_bf16(new_v, seq.count * nkv * d);
+    PLUMB_CHECK(caches[s] != nullptr, "attention: sequence {} has no cache", s);
+    const KvCache& cache = *caches[s];
+    PLUMB_CHECK(cache.k.dtype() == DType::kF32, "attention: sequence {}'s cache is {}, expected F32", s,
+                dtype_name(cache.k.dtype()));
+    check_kv_cache(cache, nkv, d, seq.past + seq.count, s, "attention");
+    // The pool row [nkv, d] of position p: slot p % kKvPageSize of page pages[p / kKvPageSize].
+    auto pool_row = [&](int64_t p) { return cache.pages[p / kKvPageSize] * kKvPageSize + p % kKvPageSize; };
+    for (int64_t t = 0; t < seq.count; ++t) {
+      float* const new_k = cache.k.f32() + pool_row(seq.past + t) * nkv * d;  // [nkv, d]
+      float* const new_v = cache.v.f32() + pool_row(seq.past + t) * nkv * d;  // [nkv, d]
+      std::memcpy(new_k, k.f32() + (seq.begin + t) * nkv * d, static_cast<size_t>(nkv * d) * sizeof(float));
+      std::memcpy(new_v, v.f32() + (seq.begin + t) * nkv * d, static_cast<size_t>(nkv * d) * sizeof(float));
+      if (rounds_attention()) {
+        cpu::round_to_bf16(new_k, nkv * d);
+        cpu::round_to_bf16(new_v, nkv * d);
+      }
     }
     const float *pq = q.f32() + seq.begin * nq * d, *pk = cache.k.f32(), *pv = cache.v.f32();
     float* po = o.f32() + seq.begin * nq * d;
@@ -73,7 +75,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         scores.resize(visible);
         float max_score = -INFINITY;
         for (int64_t j = 0; j < visible; ++j) {
-          scores[j] = cpu::dot(qv, pk + (j * nkv + kvh) * d, d) * scale;
+          scores[j] = cpu::dot(qv, pk + (pool_row(j) * nkv + kvh) * d, d) * scale;
           max_score = std::max(max_score, scores[j]);
         }
         float sum = 0.0f;
@@ -86,7 +88,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         std::fill(out, out + d, 0.0f);
         for (int64_t j = 0; j < visible; ++j) {
           const float p = scores[j] / sum;
-          const float* vv = pv + (j * nkv + kvh) * d;
+          const float* vv = pv + (pool_row(j) * nkv + kvh) * d;
           for (int64_t c = 0; c < d; ++c) out[c] += p * vv[c];
         }
       }

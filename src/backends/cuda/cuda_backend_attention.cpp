@@ -1,5 +1,6 @@
 // CudaBackend::rotary_embedding and CudaBackend::attention: shape checks, the per-call tables (positions and
-// frequencies; sequences, tiles and row owners) uploaded in one copy each, and the launches of kernels/attention.cu.
+// frequencies; sequences, tiles, row owners and page tables) uploaded in one copy each, and the launches of
+// kernels/attention.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -17,6 +18,7 @@ namespace plumb {
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+static_assert(cuda::kAttentionKeyBlock == kKvPageSize, "a KV page must be one attention key block");
 
 // Checks that t is a GPU tensor of dtype and rank.
 void expect_gpu_tensor(const Tensor& t, DType dtype, int rank, const char* op, const char* arg) {
@@ -92,8 +94,10 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   expect_batch(batch, T, caches.size(), "attention");
   const int64_t group = nq / nkv;
 
-  // Per sequence: its caches and rows; per row: its owner; per CTA: a tile of kAttentionTileRows (token, head) rows.
+  // Per sequence: its pools, rows and page table (the pages its positions need, appended to page_tables); per row:
+  // its owner; per CTA: a tile of kAttentionTileRows (token, head) rows.
   std::vector<cuda::AttentionSequence> sequences(batch.size());
+  std::vector<int32_t> page_tables;
   std::vector<int32_t> row_sequence(T, -1);
   std::vector<cuda::AttentionTile> tiles;
   std::vector<int64_t> tile_last_position;  // the ordering key: heaviest tiles first shortens the tail
@@ -101,18 +105,17 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const SequenceRows& rows = batch[i];
     PLUMB_CHECK(caches[i] != nullptr, "attention: sequence {} has no cache", i);
     const KvCache& cache = *caches[i];
-    expect_gpu_tensor(cache.k, DType::kBF16, 3, "attention", "k_cache");
-    expect_gpu_tensor(cache.v, DType::kBF16, 3, "attention", "v_cache");
-    expect_aligned(cache.k, "attention", "k_cache");
-    expect_aligned(cache.v, "attention", "v_cache");
-    PLUMB_CHECK(cache.k.dim(1) == nkv && cache.k.dim(2) == d,
-                "attention: sequence {}'s k_cache {} for {} KV heads of {}", i, shape_str(cache.k.shape()), nkv, d);
-    expect_shape(cache.v, cache.k.shape(), "attention", "v_cache");
-    PLUMB_CHECK(rows.past + rows.count <= cache.k.dim(0),
-                "attention: sequence {}'s cache {} too small for {} positions", i, shape_str(cache.k.shape()),
-                rows.past + rows.count);
+    expect_gpu_tensor(cache.k, DType::kBF16, 4, "attention", "k pool");
+    expect_gpu_tensor(cache.v, DType::kBF16, 4, "attention", "v pool");
+    expect_aligned(cache.k, "attention", "k pool");
+    expect_aligned(cache.v, "attention", "v pool");
+    check_kv_cache(cache, nkv, d, rows.past + rows.count, i, "attention");
     PLUMB_CHECK(rows.count * group <= kInt32Max, "attention: sequence {} has too many rows ({})", i, rows.count);
-    sequences[i] = {cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), rows.begin, rows.count, rows.past};
+    const auto first_page = static_cast<int64_t>(page_tables.size());
+    const int64_t pages = (rows.past + rows.count + kKvPageSize - 1) / kKvPageSize;
+    page_tables.insert(page_tables.end(), cache.pages.begin(), cache.pages.begin() + pages);
+    sequences[i] = {
+        cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), first_page, rows.begin, rows.count, rows.past};
     for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) row_sequence[r] = static_cast<int32_t>(i);
     for (int64_t first = 0; first < rows.count * group; first += cuda::kAttentionTileRows) {
       tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(first)});
@@ -130,23 +133,28 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   std::vector<cuda::AttentionTile> ordered_tiles(tiles.size());
   for (size_t i = 0; i < order.size(); ++i) ordered_tiles[i] = tiles[order[i]];
 
-  // One upload: sequences, tiles, row owners, each section 16-byte aligned.
+  // One upload: sequences, tiles, row owners, page tables, each section 16-byte aligned.
   const size_t sequences_bytes = round_up_16(sequences.size() * sizeof(cuda::AttentionSequence));
   const size_t tiles_bytes = round_up_16(ordered_tiles.size() * sizeof(cuda::AttentionTile));
-  std::vector<std::byte> table(sequences_bytes + tiles_bytes + row_sequence.size() * sizeof(int32_t));
+  const size_t rows_bytes = round_up_16(row_sequence.size() * sizeof(int32_t));
+  const size_t rows_offset = sequences_bytes + tiles_bytes, pages_offset = rows_offset + rows_bytes;
+  std::vector<std::byte> table(pages_offset + page_tables.size() * sizeof(int32_t));
   std::memcpy(table.data(), sequences.data(), sequences.size() * sizeof(cuda::AttentionSequence));
   std::memcpy(table.data() + sequences_bytes, ordered_tiles.data(), ordered_tiles.size() * sizeof(cuda::AttentionTile));
-  std::memcpy(table.data() + sequences_bytes + tiles_bytes, row_sequence.data(), row_sequence.size() * sizeof(int32_t));
+  std::memcpy(table.data() + rows_offset, row_sequence.data(), row_sequence.size() * sizeof(int32_t));
+  std::memcpy(table.data() + pages_offset, page_tables.data(), page_tables.size() * sizeof(int32_t));
   const std::shared_ptr<void> device_table = upload_vector(table);
   const auto* base = static_cast<const std::byte*>(device_table.get());
   const auto* device_sequences = reinterpret_cast<const cuda::AttentionSequence*>(base);
+  const auto* device_pages = reinterpret_cast<const int32_t*>(base + pages_offset);
 
-  // The new keys and values go into the caches first; attention then reads every key through the caches.
+  // The new keys and values go into their pages first; attention then reads every key through the page tables.
   cuda::KvCacheWriteParams write{};
   write.k = k.f32();
   write.v = v.f32();
   write.sequences = device_sequences;
-  write.row_sequence = reinterpret_cast<const int32_t*>(base + sequences_bytes + tiles_bytes);
+  write.pages = device_pages;
+  write.row_sequence = reinterpret_cast<const int32_t*>(base + rows_offset);
   write.tokens = T;
   write.kv_heads = static_cast<int>(nkv);
   write.head_dim = static_cast<int>(d);
@@ -157,6 +165,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   params.q = q.f32();
   params.o = o.f32();
   params.sequences = device_sequences;
+  params.pages = device_pages;
   params.tiles = reinterpret_cast<const cuda::AttentionTile*>(base + sequences_bytes);
   params.tile_count = static_cast<int64_t>(ordered_tiles.size());
   params.query_heads = static_cast<int>(nq);

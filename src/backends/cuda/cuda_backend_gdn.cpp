@@ -119,11 +119,6 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   // Scheduling order only: the longest prefills start first, which shortens the tail; results do not depend on it.
   std::stable_sort(chunked.begin(), chunked.end(),
                    [](const cuda::GdnSequence& x, const cuda::GdnSequence& y) { return x.count > y.count; });
-  std::vector<cuda::GdnSequence> sequences = recurrent;  // one upload: the recurrent ones, then the chunked ones
-  sequences.insert(sequences.end(), chunked.begin(), chunked.end());
-  if (sequences.empty()) return;
-  const std::shared_ptr<void> table = upload_vector(sequences);
-  const auto* device_sequences = static_cast<const cuda::GdnSequence*>(table.get());
 
   cuda::GatedDeltaRuleParams params{};
   params.qkv = qkv.f32();
@@ -140,16 +135,50 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   params.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));  // as the CPU reference computes it
   params.state_vec4 = state_vec4;
   if (!recurrent.empty()) {
-    params.sequences = device_sequences;
-    params.sequence_count = static_cast<int>(recurrent.size());
-    cuda::launch_gdn_recurrent(params, fault_, stream_);
+    // The recurrent kernel takes its sequences in its launch parameters: a decode step uploads no table.
+    cuda::launch_gdn_recurrent(params, recurrent.data(), static_cast<int>(recurrent.size()), fault_, stream_);
     cuda_check_launch("gdn_recurrent_kernel");
   }
   if (!chunked.empty()) {
-    params.sequences = device_sequences + recurrent.size();
-    params.sequence_count = static_cast<int>(chunked.size());
-    cuda::launch_gdn_chunked(params, fault_, stream_);
-    cuda_check_launch("gdn_chunked_kernel");
+    // The chunk list: chunks start at multiples of kGdnChunkSize of each sequence's position. One launch pair takes
+    // at most kChunkScratchBytes of records; a sequence cut between two launches carries its state through memory,
+    // and each of its chunks runs the same arithmetic either way.
+    constexpr int64_t kChunkScratchBytes = int64_t{512} << 20;
+    const int64_t record_bytes = nv * cuda::kGdnChunkRecordFloats * static_cast<int64_t>(sizeof(float));
+    const size_t max_chunks = static_cast<size_t>(std::max<int64_t>(1, kChunkScratchBytes / record_bytes));
+    std::vector<cuda::GdnChunk> chunks;
+    std::vector<cuda::GdnChunkRun> runs;
+    const auto launch = [&] {
+      const std::shared_ptr<void> chunk_table = upload_vector(chunks);
+      const std::shared_ptr<void> run_table = upload_vector(runs);
+      const std::shared_ptr<void> records = scratch(chunks.size() * static_cast<size_t>(record_bytes));
+      cuda::GdnChunkedPlan plan{};
+      plan.chunks = static_cast<const cuda::GdnChunk*>(chunk_table.get());
+      plan.chunk_count = static_cast<int32_t>(chunks.size());
+      plan.runs = static_cast<const cuda::GdnChunkRun*>(run_table.get());
+      plan.run_count = static_cast<int32_t>(runs.size());
+      plan.records = static_cast<float*>(records.get());
+      cuda::launch_gdn_chunked(params, plan, fault_, stream_);
+      cuda_check_launch("gdn_chunk_prepare_kernel / gdn_chunk_state_kernel");
+      chunks.clear();
+      runs.clear();
+    };
+    for (const cuda::GdnSequence& sequence : chunked) {
+      bool run_open = false;
+      for (int64_t t0 = 0; t0 < sequence.count;) {
+        if (chunks.size() == max_chunks) {
+          launch();
+          run_open = false;
+        }
+        const int64_t length = std::min(kGdnChunkSize - (sequence.past + t0) % kGdnChunkSize, sequence.count - t0);
+        if (!run_open) runs.push_back({sequence.state, static_cast<int32_t>(chunks.size()), 0});
+        run_open = true;
+        chunks.push_back({sequence.begin + t0, static_cast<int32_t>(length), 0});
+        ++runs.back().chunk_count;
+        t0 += length;
+      }
+    }
+    launch();
   }
 }
 

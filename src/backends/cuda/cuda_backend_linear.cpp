@@ -64,7 +64,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(params.shape) && k > 0) {
     x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
-    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), rows * k, stream_);
+    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), rows * k, fault_, stream_);
     cuda_check_launch("linear_to_bf16");
     params.x = x_bf16.get();
   }
@@ -135,7 +135,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   group.pair_row = ints + pairs;
   group.tiles = ints + 2 * pairs;
   group.num_tiles = ints + 2 * pairs + 3 * max_tiles;
-  cuda::launch_moe_group(group, stream_);
+  cuda::launch_moe_group(group, fault_, stream_);
   cuda_check_launch("moe_group");
 
   // gate_up product over each expert's rows, gathering x by token: [pairs, 2I] by sorted row.
@@ -145,7 +145,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   std::shared_ptr<void> x_bf16;  // [tokens, hidden] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(gate_up_shape) && hidden > 0) {
     x_bf16 = scratch(static_cast<size_t>(tokens * hidden) * sizeof(uint16_t));
-    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), tokens * hidden, stream_);
+    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), tokens * hidden, fault_, stream_);
     cuda_check_launch("linear_to_bf16");
     gate_up.x = x_bf16.get();
   }
@@ -173,7 +173,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   silu.act_bf16 = act_bf16;
   silu.rows = static_cast<int32_t>(pairs);
   silu.inter = static_cast<int32_t>(inter);
-  cuda::launch_moe_silu_mul(silu, stream_);
+  cuda::launch_moe_silu_mul(silu, fault_, stream_);
   cuda_check_launch("moe_silu_mul");
 
   // down product over the same tiles: [pairs, H] by sorted row.

@@ -1,10 +1,11 @@
-// Rotary embedding, the KV-cache scatter and causal grouped-query flash attention over BF16 caches.
+// Rotary embedding, the KV-cache scatter and causal grouped-query flash attention over paged BF16 caches.
 //
 // Attention is exact by construction: every query row walks its keys in blocks of kAttentionKeyBlock from position 0
 // upwards with an online softmax, and each of its sums runs in an order fixed by d and the block size alone. A row's
 // bits therefore depend only on its position and its sequence's cache, never on the other rows of its tile, how a
 // prefill was chunked, or what else shares the batch: the tensor cores compute each output row from its own row of
-// the A operand, and blocks that are wholly in a row's future leave its state bit-unchanged.
+// the A operand, and blocks that are wholly in a row's future leave its state bit-unchanged. A cache page holds one
+// key block, so paging only changes where a block is loaded from, never what the arithmetic sees.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -125,10 +126,13 @@ __global__ void kv_cache_write_kernel(const KvCacheWriteParams p) {
   const AttentionSequence seq = p.sequences[sequence];
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;  // elements per row, a multiple of 8
   const int64_t position = seq.past + (row - seq.begin);
-  const float* const k = p.k + row * width;                  // [nkv, d]
-  const float* const v = p.v + row * width;                  // [nkv, d]
-  uint16_t* const k_cache = seq.k_cache + position * width;  // [nkv, d]
-  uint16_t* const v_cache = seq.v_cache + position * width;  // [nkv, d]
+  // The position's pool row: slot position % kAttentionKeyBlock of its page.
+  const int64_t page = p.pages[seq.first_page + position / kAttentionKeyBlock];
+  const int64_t pool_row = page * kAttentionKeyBlock + position % kAttentionKeyBlock;
+  const float* const k = p.k + row * width;                 // [nkv, d]
+  const float* const v = p.v + row * width;                 // [nkv, d]
+  uint16_t* const k_cache = seq.k_pool + pool_row * width;  // [nkv, d]
+  uint16_t* const v_cache = seq.v_pool + pool_row * width;  // [nkv, d]
   for (int64_t c = threadIdx.x * 8; c < width; c += blockDim.x * 8) {
     *reinterpret_cast<uint4*>(k_cache + c) = bf16x8_from(k + c);
     *reinterpret_cast<uint4*>(v_cache + c) = bf16x8_from(v + c);
@@ -189,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   const AttentionSequence seq = p.sequences[tile.sequence];
   const int kv_head = blockIdx.y;
   const int group = p.query_heads / p.kv_heads;
-  const int64_t kv_len = seq.past + seq.count;  // cache rows holding keys after the scatter
+  const int64_t kv_len = seq.past + seq.count;  // positions holding keys after the scatter
   const int valid_rows =
       static_cast<int>(min(static_cast<int64_t>(kAttentionTileRows), seq.count * group - tile.first_row));
   // The position of tile row r (token (first_row + r) / group of the sequence), or -1 past the sequence's rows.
@@ -209,18 +213,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
     *reinterpret_cast<uint4*>(sq + r * kStride + col) = packed;
   }
 
-  // Key block `block` into stage `stage`. Rows past the cache's written end and columns past d are zero-filled, so
-  // masked keys meet probability 0 times a finite value, never 0 · NaN from unwritten memory.
+  // Key block `block` (page pages[first_page + block]) into stage `stage`. Positions past the cache's written end and
+  // columns past d are zero-filled, so masked keys meet probability 0 times a finite value, never 0 · NaN from
+  // unwritten memory. The planted kAttentionPageTableIgnored reads page `block` instead (a page of the pool: the
+  // harness's pools hold more pages than any one table).
   auto load_block = [&](int block, int stage) {
     uint16_t* const k_tile = sk + stage * Layout::kBlockElements;  // [key block][kStride]
     uint16_t* const v_tile = sv + stage * Layout::kBlockElements;  // [key block][kStride]
+    const int64_t page = kFault == KernelFault::kAttentionPageTableIgnored ? block : p.pages[seq.first_page + block];
     for (int c = threadIdx.x; c < kAttentionKeyBlock * kChunksPerRow; c += kThreads) {
       const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
       const int64_t position = static_cast<int64_t>(block) * kAttentionKeyBlock + r;
       const bool valid = position < kv_len && col < p.head_dim;
-      const int64_t offset = valid ? (position * p.kv_heads + kv_head) * p.head_dim + col : 0;
-      cp_async_16(shared_address(k_tile + r * kStride + col), seq.k_cache + offset, valid);
-      cp_async_16(shared_address(v_tile + r * kStride + col), seq.v_cache + offset, valid);
+      const int64_t offset = valid ? ((page * kAttentionKeyBlock + r) * p.kv_heads + kv_head) * p.head_dim + col : 0;
+      cp_async_16(shared_address(k_tile + r * kStride + col), seq.k_pool + offset, valid);
+      cp_async_16(shared_address(v_tile + r * kStride + col), seq.v_pool + offset, valid);
     }
   };
 
@@ -393,6 +400,8 @@ void launch_attention(const AttentionParams& params, KernelFault fault, cudaStre
       return launch_attention_fault<KernelFault::kAttentionCausalOffByOne>(params, stream);
     case KernelFault::kAttentionMissingBarrier:
       return launch_attention_fault<KernelFault::kAttentionMissingBarrier>(params, stream);
+    case KernelFault::kAttentionPageTableIgnored:
+      return launch_attention_fault<KernelFault::kAttentionPageTableIgnored>(params, stream);
     default:
       return launch_attention_fault<KernelFault::kNone>(params, stream);
   }

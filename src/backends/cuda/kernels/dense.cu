@@ -222,11 +222,12 @@ void launch_rms_norm_as(const RmsNormParams& p, cudaStream_t stream) {
 // ---- slices and elementwise ops --------------------------------------------------------------------------------
 
 // Block r copies columns [begin, begin + width) of row r.
-template <int kVec>
+template <int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) slice_columns_kernel(SliceColumnsParams p) {
   const int64_t r = blockIdx.x;
-  const float* src = p.src + r * p.cols + p.begin;  // [width]
-  float* dst = p.dst + r * p.width;                 // [width]
+  const int64_t begin = kFault == KernelFault::kSliceColumnsOneLate ? p.begin + 1 : p.begin;
+  const float* src = p.src + r * p.cols + begin;  // [width]
+  float* dst = p.dst + r * p.width;               // [width]
   for (int64_t c = static_cast<int64_t>(threadIdx.x) * kVec; c < p.width; c += kThreads * kVec) {
     float v[kVec];
     load_vec<kVec>(src + c, v);
@@ -234,18 +235,29 @@ __global__ void __launch_bounds__(kThreads) slice_columns_kernel(SliceColumnsPar
   }
 }
 
+template <KernelFault kFault>
+void launch_slice_columns_as(const SliceColumnsParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.rows));
+  const bool vec = p.cols % 4 == 0 && p.begin % 4 == 0 && p.width % 4 == 0 && aligned16(p.src) && aligned16(p.dst);
+  if (vec)
+    slice_columns_kernel<4, kFault><<<grid, kThreads, 0, stream>>>(p);
+  else
+    slice_columns_kernel<1, kFault><<<grid, kThreads, 0, stream>>>(p);
+}
+
 enum class Binary { kMulSigmoid, kSiluMul, kAdd };
 
-template <Binary kOp>
+template <Binary kOp, KernelFault kFault>
 __device__ __forceinline__ float apply(float a, float b) {
   if constexpr (kOp == Binary::kMulSigmoid) return __fmul_rn(a, sigmoid(b));
+  if constexpr (kOp == Binary::kSiluMul && kFault == KernelFault::kSiluMulActivatesUp) return __fmul_rn(silu(b), a);
   if constexpr (kOp == Binary::kSiluMul) return __fmul_rn(silu(a), b);
   return __fadd_rn(a, b);
 }
 
 // out[i] = apply(a[i], b[i]) over whole kVec-element vectors, then the last count % kVec elements one by one. Each
 // element is read and written by one thread, so out may be a or b.
-template <Binary kOp, int kVec>
+template <Binary kOp, int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseParams p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -255,25 +267,26 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseParams
     load_vec<kVec>(p.a + v * kVec, a);
     load_vec<kVec>(p.b + v * kVec, b);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = apply<kOp>(a[i], b[i]);
+    for (int i = 0; i < kVec; ++i) out[i] = apply<kOp, kFault>(a[i], b[i]);
     store_vec<kVec>(p.out + v * kVec, out);
   }
-  for (int64_t i = vectors * kVec + first; i < p.count; i += stride) p.out[i] = apply<kOp>(p.a[i], p.b[i]);
+  const int64_t tail_end = kFault == KernelFault::kElementwiseDropsTail ? p.count - 1 : p.count;
+  for (int64_t i = vectors * kVec + first; i < tail_end; i += stride) p.out[i] = apply<kOp, kFault>(p.a[i], p.b[i]);
 }
 
-template <Binary kOp>
+template <Binary kOp, KernelFault kFault>
 void launch_elementwise(const ElementwiseParams& p, cudaStream_t stream) {
   if (aligned16(p.out) && aligned16(p.a) && aligned16(p.b))
-    elementwise_kernel<kOp, 4><<<grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream>>>(p);
+    elementwise_kernel<kOp, 4, kFault><<<grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream>>>(p);
   else
-    elementwise_kernel<kOp, 1><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
+    elementwise_kernel<kOp, 1, kFault><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
 }
 
 // Block r scales row r by sigmoid(gate[r]).
-template <int kVec>
+template <int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) mul_sigmoid_rows_kernel(MulSigmoidRowsParams p) {
   const int64_t r = blockIdx.x;
-  const float s = sigmoid(p.gate[r]);
+  const float s = sigmoid(kFault == KernelFault::kMulSigmoidRowsGateSign ? -p.gate[r] : p.gate[r]);
   float* x = p.x + r * p.dim;  // [dim]
   for (int64_t c = static_cast<int64_t>(threadIdx.x) * kVec; c < p.dim; c += kThreads * kVec) {
     float v[kVec];
@@ -284,15 +297,26 @@ __global__ void __launch_bounds__(kThreads) mul_sigmoid_rows_kernel(MulSigmoidRo
   }
 }
 
+template <KernelFault kFault>
+void launch_mul_sigmoid_rows_as(const MulSigmoidRowsParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.rows));
+  if (p.dim % 4 == 0 && aligned16(p.x))
+    mul_sigmoid_rows_kernel<4, kFault><<<grid, kThreads, 0, stream>>>(p);
+  else
+    mul_sigmoid_rows_kernel<1, kFault><<<grid, kThreads, 0, stream>>>(p);
+}
+
 // ---- random fill -----------------------------------------------------------------------------------------------
 
+template <KernelFault kFault>
 __device__ __forceinline__ float uniform_value(const RandomUniformParams& p, int64_t i) {
-  return __fmaf_rn(p.range, uniform_f32_from_counter(p.seed, static_cast<uint64_t>(i)), p.lo);
+  const auto counter = static_cast<uint64_t>(kFault == KernelFault::kRandomUniformCounterOffByOne ? i + 1 : i);
+  return __fmaf_rn(p.range, uniform_f32_from_counter(p.seed, counter), p.lo);
 }
 
 // Each thread fills 16-byte vectors (4 F32 or 8 BF16) on a grid-stride loop, then the tail element by element. The
 // counter hash (about 40 integer instructions per element) rather than memory bounds the speed.
-template <bool kBf16, int kWidth>
+template <bool kBf16, int kWidth, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) random_uniform_kernel(RandomUniformParams p) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -300,7 +324,7 @@ __global__ void __launch_bounds__(kThreads) random_uniform_kernel(RandomUniformP
   for (int64_t v = first; v < vectors; v += stride) {
     float vals[kWidth];
 #pragma unroll
-    for (int j = 0; j < kWidth; ++j) vals[j] = uniform_value(p, v * kWidth + j);
+    for (int j = 0; j < kWidth; ++j) vals[j] = uniform_value<kFault>(p, v * kWidth + j);
     if constexpr (kBf16 && kWidth == 8) {
       uint4 packed;
       auto* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
@@ -317,10 +341,23 @@ __global__ void __launch_bounds__(kThreads) random_uniform_kernel(RandomUniformP
   }
   for (int64_t i = vectors * kWidth + first; i < p.count; i += stride) {
     if constexpr (kBf16)
-      static_cast<__nv_bfloat16*>(p.data)[i] = __float2bfloat16_rn(uniform_value(p, i));
+      static_cast<__nv_bfloat16*>(p.data)[i] = __float2bfloat16_rn(uniform_value<kFault>(p, i));
     else
-      static_cast<float*>(p.data)[i] = uniform_value(p, i);
+      static_cast<float*>(p.data)[i] = uniform_value<kFault>(p, i);
   }
+}
+
+template <KernelFault kFault>
+void launch_random_uniform_as(const RandomUniformParams& p, cudaStream_t stream) {
+  const bool vec = aligned16(p.data);
+  if (p.bf16 && vec)
+    random_uniform_kernel<true, 8, kFault><<<grid_for(p.count / 8, p.max_blocks), kThreads, 0, stream>>>(p);
+  else if (p.bf16)
+    random_uniform_kernel<true, 1, kFault><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
+  else if (vec)
+    random_uniform_kernel<false, 4, kFault><<<grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream>>>(p);
+  else
+    random_uniform_kernel<false, 1, kFault><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -346,48 +383,48 @@ void launch_gated_rms_norm(const RmsNormParams& params, KernelFault fault, cudaS
     launch_rms_norm_as<true, KernelFault::kNone>(params, stream);
 }
 
-// Slices, elementwise ops and the random fill have no planted control: the fault leaves them unchanged.
-
-void launch_slice_columns(const SliceColumnsParams& params, KernelFault, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(params.rows));
-  const bool vec = params.cols % 4 == 0 && params.begin % 4 == 0 && params.width % 4 == 0 && aligned16(params.src) &&
-                   aligned16(params.dst);
-  if (vec)
-    slice_columns_kernel<4><<<grid, kThreads, 0, stream>>>(params);
+void launch_slice_columns(const SliceColumnsParams& params, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kSliceColumnsOneLate)
+    launch_slice_columns_as<KernelFault::kSliceColumnsOneLate>(params, stream);
   else
-    slice_columns_kernel<1><<<grid, kThreads, 0, stream>>>(params);
+    launch_slice_columns_as<KernelFault::kNone>(params, stream);
 }
 
-void launch_mul_sigmoid(const ElementwiseParams& params, KernelFault, cudaStream_t stream) {
-  launch_elementwise<Binary::kMulSigmoid>(params, stream);
-}
-
-void launch_silu_mul(const ElementwiseParams& params, KernelFault, cudaStream_t stream) {
-  launch_elementwise<Binary::kSiluMul>(params, stream);
-}
-
-void launch_add(const ElementwiseParams& params, KernelFault, cudaStream_t stream) {
-  launch_elementwise<Binary::kAdd>(params, stream);
-}
-
-void launch_mul_sigmoid_rows(const MulSigmoidRowsParams& params, KernelFault, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(params.rows));
-  if (params.dim % 4 == 0 && aligned16(params.x))
-    mul_sigmoid_rows_kernel<4><<<grid, kThreads, 0, stream>>>(params);
+void launch_mul_sigmoid(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kElementwiseDropsTail)
+    launch_elementwise<Binary::kMulSigmoid, KernelFault::kElementwiseDropsTail>(params, stream);
   else
-    mul_sigmoid_rows_kernel<1><<<grid, kThreads, 0, stream>>>(params);
+    launch_elementwise<Binary::kMulSigmoid, KernelFault::kNone>(params, stream);
 }
 
-void launch_random_uniform(const RandomUniformParams& params, KernelFault, cudaStream_t stream) {
-  const bool vec = aligned16(params.data);
-  if (params.bf16 && vec)
-    random_uniform_kernel<true, 8><<<grid_for(params.count / 8, params.max_blocks), kThreads, 0, stream>>>(params);
-  else if (params.bf16)
-    random_uniform_kernel<true, 1><<<grid_for(params.count, params.max_blocks), kThreads, 0, stream>>>(params);
-  else if (vec)
-    random_uniform_kernel<false, 4><<<grid_for(params.count / 4, params.max_blocks), kThreads, 0, stream>>>(params);
+void launch_silu_mul(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kElementwiseDropsTail)
+    launch_elementwise<Binary::kSiluMul, KernelFault::kElementwiseDropsTail>(params, stream);
+  else if (fault == KernelFault::kSiluMulActivatesUp)
+    launch_elementwise<Binary::kSiluMul, KernelFault::kSiluMulActivatesUp>(params, stream);
   else
-    random_uniform_kernel<false, 1><<<grid_for(params.count, params.max_blocks), kThreads, 0, stream>>>(params);
+    launch_elementwise<Binary::kSiluMul, KernelFault::kNone>(params, stream);
+}
+
+void launch_add(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kElementwiseDropsTail)
+    launch_elementwise<Binary::kAdd, KernelFault::kElementwiseDropsTail>(params, stream);
+  else
+    launch_elementwise<Binary::kAdd, KernelFault::kNone>(params, stream);
+}
+
+void launch_mul_sigmoid_rows(const MulSigmoidRowsParams& params, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kMulSigmoidRowsGateSign)
+    launch_mul_sigmoid_rows_as<KernelFault::kMulSigmoidRowsGateSign>(params, stream);
+  else
+    launch_mul_sigmoid_rows_as<KernelFault::kNone>(params, stream);
+}
+
+void launch_random_uniform(const RandomUniformParams& params, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kRandomUniformCounterOffByOne)
+    launch_random_uniform_as<KernelFault::kRandomUniformCounterOffByOne>(params, stream);
+  else
+    launch_random_uniform_as<KernelFault::kNone>(params, stream);
 }
 
 }  // namespace plumb::cuda

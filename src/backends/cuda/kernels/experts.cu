@@ -55,6 +55,7 @@ __device__ void block_inclusive_scan2(int& a, int& b, int (*totals)[kGroupWarps]
   }
 }
 
+template <KernelFault kFault>
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
   extern __shared__ int32_t counts[];  // [kGroupWarps, experts]: a warp's pairs per expert, then its next row
   __shared__ int scan_totals[2][kGroupWarps];
@@ -67,7 +68,9 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
   const int begin = min(p.pairs, warp * per_warp), end = min(p.pairs, begin + per_warp);
   int32_t* warp_counts = counts + warp * experts;  // [experts]
   const unsigned lanes_below = (1u << lane) - 1u;
-  auto expert_of = [&](int pair) { return pair < end ? min(max(p.expert_ids[pair], 0), experts - 1) : -1; };
+  // The planted control clamps into [0, experts - 1), so the last expert's pairs join the group before it.
+  const int last_expert = kFault == KernelFault::kExpertsGroupClampOffByOne ? max(experts - 2, 0) : experts - 1;
+  auto expert_of = [&](int pair) { return pair < end ? min(max(p.expert_ids[pair], 0), last_expert) : -1; };
 
   for (int base = begin; base < end; base += 32) {
     const int e = expert_of(base + lane);
@@ -122,14 +125,16 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
 
 constexpr int kElementwiseThreads = 256;
 
-template <bool kBf16>
+template <bool kBf16, KernelFault kFault>
 __global__ void __launch_bounds__(kElementwiseThreads) moe_silu_mul_kernel(const MoeSiluMulParams p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (i >= static_cast<int64_t>(p.rows) * p.inter) return;
   const int64_t row = i / p.inter, c = i % p.inter;
   const float* gate_up = p.gate_up + row * 2 * p.inter;  // [2·inter]
   const float gate = gate_up[c], up = gate_up[p.inter + c];
-  const float act = gate / (1.0f + expf(-gate)) * up;
+  // The planted control takes the sigmoid of the wrong operand.
+  const float sigmoid_of = kFault == KernelFault::kExpertsSiluSigmoidOfUp ? up : gate;
+  const float act = gate / (1.0f + expf(-sigmoid_of)) * up;
   if constexpr (kBf16) {
     static_cast<uint16_t*>(p.act)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(act));
   } else {
@@ -156,10 +161,8 @@ __global__ void __launch_bounds__(kElementwiseThreads) moe_combine_kernel(const 
   p.y[static_cast<int64_t>(t) * p.hidden + h] = acc;
 }
 
-}  // namespace
-
-void launch_moe_group(const MoeGroupParams& params, cudaStream_t stream) {
-  if (params.pairs == 0) return;
+template <KernelFault kFault>
+void launch_moe_group_as(const MoeGroupParams& params, cudaStream_t stream) {
   const int smem = kGroupWarps * params.experts * static_cast<int>(sizeof(int32_t));
   if (smem > 48 * 1024) {
     // Allow the kernel all the shared memory the device offers, once per device. A failure, or a device offering
@@ -171,24 +174,44 @@ void launch_moe_group(const MoeGroupParams& params, cudaStream_t stream) {
     if (bit == 0 || (devices_done.load(std::memory_order_relaxed) & bit) == 0) {
       cudaFuncAttributes attributes{};
       if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-          cudaFuncGetAttributes(&attributes, moe_group_kernel) == cudaSuccess &&
-          cudaFuncSetAttribute(moe_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          cudaFuncGetAttributes(&attributes, moe_group_kernel<kFault>) == cudaSuccess &&
+          cudaFuncSetAttribute(moe_group_kernel<kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                optin - static_cast<int>(attributes.sharedSizeBytes)) == cudaSuccess) {
         devices_done.fetch_or(bit, std::memory_order_relaxed);
       }
     }
   }
-  moe_group_kernel<<<1, kGroupThreads, smem, stream>>>(params);
+  moe_group_kernel<kFault><<<1, kGroupThreads, smem, stream>>>(params);
 }
 
-void launch_moe_silu_mul(const MoeSiluMulParams& params, cudaStream_t stream) {
-  const int64_t count = static_cast<int64_t>(params.rows) * params.inter;
-  if (count == 0) return;
+template <KernelFault kFault>
+void launch_moe_silu_mul_as(const MoeSiluMulParams& params, int64_t count, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((count + kElementwiseThreads - 1) / kElementwiseThreads);
   if (params.act_bf16) {
-    moe_silu_mul_kernel<true><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+    moe_silu_mul_kernel<true, kFault><<<blocks, kElementwiseThreads, 0, stream>>>(params);
   } else {
-    moe_silu_mul_kernel<false><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+    moe_silu_mul_kernel<false, kFault><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+  }
+}
+
+}  // namespace
+
+void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream) {
+  if (params.pairs == 0) return;
+  if (fault == KernelFault::kExpertsGroupClampOffByOne) {
+    launch_moe_group_as<KernelFault::kExpertsGroupClampOffByOne>(params, stream);
+  } else {
+    launch_moe_group_as<KernelFault::kNone>(params, stream);
+  }
+}
+
+void launch_moe_silu_mul(const MoeSiluMulParams& params, KernelFault fault, cudaStream_t stream) {
+  const int64_t count = static_cast<int64_t>(params.rows) * params.inter;
+  if (count == 0) return;
+  if (fault == KernelFault::kExpertsSiluSigmoidOfUp) {
+    launch_moe_silu_mul_as<KernelFault::kExpertsSiluSigmoidOfUp>(params, count, stream);
+  } else {
+    launch_moe_silu_mul_as<KernelFault::kNone>(params, count, stream);
   }
 }
 

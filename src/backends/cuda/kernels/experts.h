@@ -34,7 +34,7 @@ struct MoeGroupParams {
   int32_t* tiles = nullptr;      // [moe_max_tiles, 3] out: {expert, row_begin, row_end} per tile, by expert
   int32_t* num_tiles = nullptr;  // [1] out
 };
-void launch_moe_group(const MoeGroupParams& params, cudaStream_t stream);
+void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream);
 
 // act[s, i] = SiLU(gate_up[s, i]) · gate_up[s, inter + i]. gate_up [rows, 2·inter] F32; act [rows, inter] F32, or
 // BF16 bits (rounded to nearest even) when act_bf16.
@@ -45,7 +45,7 @@ struct MoeSiluMulParams {
   int32_t rows = 0;
   int32_t inter = 0;
 };
-void launch_moe_silu_mul(const MoeSiluMulParams& params, cudaStream_t stream);
+void launch_moe_silu_mul(const MoeSiluMulParams& params, KernelFault fault, cudaStream_t stream);
 
 // y[t, h] = Σ_j weights[t, j] · down[pair_row[t·top_k + j], h], j ascending from 0 (y is overwritten).
 struct MoeCombineParams {

@@ -88,27 +88,42 @@ constexpr int kRecurrentCols = 32;                              // value columns
 constexpr int kColGroups = kRecurrentCols / 4;                  // 4-column groups: lanes 0-7 of a warp's row
 constexpr int kRowLanes = kRecurrentWarps * (32 / kColGroups);  // 16 rows of S in flight across the CTA
 
-// CTAs per SM the register budget is set for: 6 (80 registers a thread) keep 6 × 16 KB of state loads in flight per
-// SM at dk = 128; the variants that would spill at 80 registers take what they need.
-constexpr int recurrent_min_ctas(int rows, bool vec4) {
-  return rows <= 4 || (rows <= 8 && vec4) ? 6 : 1;
+// CTAs per SM the register budget is set for. Decode is bound by the state bytes in flight per SM, which the resident
+// CTAs bring; the state waits in shared memory, not registers, so at dk <= 128 shared memory bounds the CTAs (8 × 17 KB
+// measured as fast as 10 or 11 CTAs with fewer registers) and each gets 64 registers. dk > 128 (34 KB of tile, a
+// generality case) takes the registers of 2, which spill nothing.
+constexpr int recurrent_min_ctas(int rows) {
+  return rows <= 8 ? 8 : 2;
 }
 
-// grid (⌈dv / 32⌉, nv, sequences), 128 threads. The CTA owns columns [32·x, 32·x + 32) of value head h's state S
-// [dk, dv]: lane l of warp w holds columns 4·(l % 8) .. +3 of rows i = 4·w + l / 8 + 16·r (r < kRows) in registers,
-// loaded once as float4 (a warp reads 4 rows × 128 contiguous bytes), updated token by token and stored once.
-// The two sums over dk per token (Sᵀk and Sᵀq) run in-thread over r, then over the 4 lanes sharing the columns
-// (xor 8, xor 16), then over the 4 warps in index order: a tree fixed by kRows, which is fixed by dk.
-template <int kRows, bool kVec4, KernelFault kFault>
-__global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows, kVec4))
-    gdn_recurrent_kernel(const GatedDeltaRuleParams p) {
-  __shared__ float q_raw[kGdnMaxHeadDim];                       // this token's q of key head kh, before the norm
-  __shared__ float k_raw[kGdnMaxHeadDim];                       // likewise k
-  __shared__ float norm_partial[2][kRecurrentWarps];            // per warp: Σq², Σk²
-  __shared__ float m_partial[kRecurrentWarps][kRecurrentCols];  // per warp: its rows' share of Sᵀk
-  __shared__ float o_partial[kRecurrentWarps][kRecurrentCols];  // per warp: its rows' share of Sᵀq
+// Copies 16 bytes from global to shared memory without passing through registers (cp.async, cached in L2 only).
+__device__ __forceinline__ void copy_async_16(float* shared_dst, const float* global_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
+}
+// Waits for this thread's cp.async copies; their bytes are then visible to this thread.
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
 
-  const GdnSequence seq = p.sequences[blockIdx.z];
+// grid (⌈dv / 32⌉, nv, batch sequences), 128 threads. The CTA owns columns [32·x, 32·x + 32) of value head h's state
+// S [dk, dv] and keeps them in shared memory over the sequence's tokens: lane l of warp w owns columns 4·(l % 8) .. +3
+// of rows i = 4·w + l / 8 + 16·r (r < kRows). Each thread copies its own pieces in first thing (16-byte cp.async where
+// kVec4: a warp reads 4 rows × 128 contiguous bytes, and no register holds them in flight), and only it reads and
+// rewrites them, storing them to global memory as it updates them for the last token: the state needs no barrier.
+// Per token, each thread reads q and k at its own rows; the sums over dk (Σq², Σk², Sᵀk with the raw k, Sᵀq with
+// the raw q, the norms applied after) run in-thread over r, then over the 4 row lanes of the warp (xor 8, xor 16),
+// then over the 4 warps in index order through shared memory: a tree fixed by kRows, which is fixed by dk. Two
+// barriers per token: before the warps' partials of Σq², Σk² and Sᵀk are read, and before those of Sᵀq.
+template <int kRows, bool kVec4, KernelFault kFault>
+__global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
+    gdn_recurrent_kernel(const GatedDeltaRuleParams p, const GdnRecurrentBatch batch) {
+  __shared__ __align__(16) float tile[kRows * kRowLanes][kRecurrentCols];  // S[i][32·x + c]; zero outside [dk, dv]
+  __shared__ float norm_partial[kRecurrentWarps][2];                       // per warp: its rows' Σq², Σk²
+  __shared__ float m_partial[kRecurrentWarps][kRecurrentCols];             // per warp: its rows' share of Sᵀk_raw
+  __shared__ float o_partial[kRecurrentWarps][kRecurrentCols];             // per warp: its rows' share of Sᵀq_raw
+
+  const GdnSequence seq = batch.sequences[blockIdx.z];
   const int h = blockIdx.y;
   const int kh = h / (p.value_heads / p.key_heads);
   const int dk = p.key_dim, dv = p.value_dim, nv = p.value_heads;
@@ -117,21 +132,36 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows, k
   const int row_lane = warp * (32 / kColGroups) + lane / kColGroups;  // rows row_lane + 16 r
   const int col = blockIdx.x * kRecurrentCols + group * 4;            // the first of this thread's 4 columns
   float* const S = seq.state + static_cast<int64_t>(h) * dk * dv;     // [dk, dv]
+  // This thread's 4 columns of row row_lane + 16 r of the tile.
+  const auto own = [&](int r) -> float4& {
+    return *reinterpret_cast<float4*>(&tile[row_lane + kRowLanes * r][group * 4]);
+  };
+  // Stores x as this thread's 4 columns of row i of S.
+  const auto store_row = [&](int i, const float4& x) {
+    float* const dst = S + static_cast<int64_t>(i) * dv + col;
+    if constexpr (kVec4) {
+      if (i < dk && col < dv) *reinterpret_cast<float4*>(dst) = x;
+    } else {
+      const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (i < dk && col + e < dv) dst[e] = xs[e];
+    }
+  };
 
-  float s[kRows][4];  // S[row_lane + 16 r][col + e]; zero outside [dk, dv]
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int i = row_lane + kRowLanes * r;
     const float* src = S + static_cast<int64_t>(i) * dv + col;
     if constexpr (kVec4) {
-      const float4 v = i < dk && col < dv ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      s[r][0] = v.x;
-      s[r][1] = v.y;
-      s[r][2] = v.z;
-      s[r][3] = v.w;
+      if (i < dk && col < dv)
+        copy_async_16(&own(r).x, src);
+      else
+        own(r) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     } else {
+      float* dst = &own(r).x;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[r][e] = i < dk && col + e < dv ? src[e] : 0.0f;
+      for (int e = 0; e < 4; ++e) dst[e] = i < dk && col + e < dv ? src[e] : 0.0f;
     }
   }
 
@@ -140,21 +170,12 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows, k
     const float* const q = p.qkv + row * p.qkv_stride + kh * dk;                              // [dk]
     const float* const k = p.qkv + row * p.qkv_stride + (p.key_heads + kh) * dk;              // [dk]
     const float* const v = p.qkv + row * p.qkv_stride + 2 * p.key_heads * dk + h * dv + col;  // [4] of [dv]
-
-    // Σq² and Σk² over dk: each thread its elements in order, then the warp butterfly, then the warps in order.
-    float sum_q = 0.0f, sum_k = 0.0f;
-    for (int x = threadIdx.x; x < dk; x += kRecurrentThreads) {
-      const float qx = q[x], kx = k[x];
-      q_raw[x] = qx;
-      k_raw[x] = kx;
-      sum_q = fmaf(qx, qx, sum_q);
-      sum_k = fmaf(kx, kx, sum_k);
-    }
-    sum_q = warp_sum(sum_q);
-    sum_k = warp_sum(sum_k);
-    if (lane == 0) {
-      norm_partial[0][warp] = sum_q;
-      norm_partial[1][warp] = sum_k;
+    float q_raw[kRows], k_raw[kRows];  // q and k at this thread's rows, before the norm; zero past dk
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int i = row_lane + kRowLanes * r;
+      q_raw[r] = i < dk ? q[i] : 0.0f;
+      k_raw[r] = i < dk ? k[i] : 0.0f;
     }
     float beta, g;
     gdn_gates<kFault>(p.a[row * nv + h], p.b[row * nv + h], p.A_log[h], p.dt_bias[h], beta, g);
@@ -162,58 +183,73 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows, k
     float value[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) value[e] = col + e < dv ? v[e] : 0.0f;
-    // q_raw, k_raw and norm_partial are read across warps below; fault kGdnMissingBarrier drops this barrier.
-    if constexpr (kFault != KernelFault::kGdnMissingBarrier) __syncthreads();
-
-    float total_q = 0.0f, total_k = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kRecurrentWarps; ++w) {
-      total_q += norm_partial[0][w];
-      total_k += norm_partial[1][w];
+    if constexpr (kVec4) {
+      if (t == 0) wait_async_copies();
     }
-    const float inv_q = 1.0f / sqrtf(total_q + kGdnL2NormEps);
-    const float inv_k = 1.0f / sqrtf(total_k + kGdnL2NormEps);
-    float kr[kRows], qr[kRows];  // normalized k and q (q also scaled) at this thread's rows
+
+    // This warp's shares of Σq², Σk² and m = (exp(g)·S)ᵀk_raw.
+    float sum_q = 0.0f, sum_k = 0.0f, m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int i = row_lane + kRowLanes * r;
-      kr[r] = i < dk ? k_raw[i] * inv_k : 0.0f;
-      qr[r] = i < dk ? q_raw[i] * inv_q * p.q_scale : 0.0f;
+      sum_q = fmaf(q_raw[r], q_raw[r], sum_q);
+      sum_k = fmaf(k_raw[r], k_raw[r], sum_k);
+      const float4 x = own(r);
+      m[0] = fmaf(x.x * decay, k_raw[r], m[0]);
+      m[1] = fmaf(x.y * decay, k_raw[r], m[1]);
+      m[2] = fmaf(x.z * decay, k_raw[r], m[2]);
+      m[3] = fmaf(x.w * decay, k_raw[r], m[3]);
     }
-
-    // S ← exp(g)·S, then m = Sᵀk.
-    float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[r][e] *= decay;
-        m[e] = fmaf(s[r][e], kr[r], m[e]);
-      }
+    sum_q += __shfl_xor_sync(0xffffffffu, sum_q, 8);
+    sum_q += __shfl_xor_sync(0xffffffffu, sum_q, 16);
+    sum_k += __shfl_xor_sync(0xffffffffu, sum_k, 8);
+    sum_k += __shfl_xor_sync(0xffffffffu, sum_k, 16);
+    if (lane == 0) {
+      norm_partial[warp][0] = sum_q;
+      norm_partial[warp][1] = sum_k;
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       m[e] += __shfl_xor_sync(0xffffffffu, m[e], 8);
       m[e] += __shfl_xor_sync(0xffffffffu, m[e], 16);
       if (lane < kColGroups) m_partial[warp][group * 4 + e] = m[e];
     }
-    __syncthreads();
+    // The partials are read across warps below; fault kGdnMissingBarrier drops this barrier.
+    if constexpr (kFault != KernelFault::kGdnMissingBarrier) __syncthreads();
 
-    // delta = beta (v - m); S ← S + k deltaᵀ; o = Sᵀq.
+    float total_q = 0.0f, total_k = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kRecurrentWarps; ++w) {
+      total_q += norm_partial[w][0];
+      total_k += norm_partial[w][1];
+    }
+    const float inv_k = 1.0f / sqrtf(total_k + kGdnL2NormEps);
+    // delta = beta (v - Sᵀk) with k = k_raw·inv_k; S ← exp(g)·S + k deltaᵀ; this warp's share of Sᵀq_raw.
     float delta[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float total = 0.0f;
 #pragma unroll
       for (int w = 0; w < kRecurrentWarps; ++w) total += m_partial[w][group * 4 + e];
-      delta[e] = beta * (value[e] - total);
+      delta[e] = beta * (value[e] - total * inv_k);
     }
+    const bool last = t + 1 == seq.count;  // then S goes straight back to global memory
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[r][e] = fmaf(kr[r], delta[e], s[r][e]);
-        o[e] = fmaf(s[r][e], qr[r], o[e]);
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const float kr = k_raw[r] * inv_k;
+      float4 x = own(r);
+      x.x = fmaf(kr, delta[0], x.x * decay);
+      x.y = fmaf(kr, delta[1], x.y * decay);
+      x.z = fmaf(kr, delta[2], x.z * decay);
+      x.w = fmaf(kr, delta[3], x.w * decay);
+      if (last)
+        store_row(row_lane + kRowLanes * r, x);
+      else
+        own(r) = x;
+      o[0] = fmaf(x.x, q_raw[r], o[0]);
+      o[1] = fmaf(x.y, q_raw[r], o[1]);
+      o[2] = fmaf(x.z, q_raw[r], o[2]);
+      o[3] = fmaf(x.w, q_raw[r], o[3]);
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       o[e] += __shfl_xor_sync(0xffffffffu, o[e], 8);
@@ -222,54 +258,68 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows, k
     }
     __syncthreads();
     if (warp == 0 && lane < kColGroups) {
-      float* const out = p.o + (row * nv + h) * dv + col;  // [4] of o[row, h, :]
+      const float q_norm = 1.0f / sqrtf(total_q + kGdnL2NormEps) * p.q_scale;  // o = Sᵀq_raw · q_norm
+      float* const out = p.o + (row * nv + h) * dv + col;                      // [4] of o[row, h, :]
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float total = 0.0f;
 #pragma unroll
         for (int w = 0; w < kRecurrentWarps; ++w) total += o_partial[w][group * 4 + e];
-        if (col + e < dv) out[e] = total;
+        if (col + e < dv) out[e] = total * q_norm;
       }
     }
-    // No barrier needed before the next token: its first shared writes (q_raw, k_raw, norm_partial) were last read
-    // before the m_partial barrier above, and m_partial / o_partial are rewritten only after further barriers.
+    // No third barrier: the next token's first shared writes (norm_partial, m_partial) come after every thread's
+    // reads of them above, which precede the barrier just passed; its o_partial writes come after its first
+    // barrier, which warp 0 reaches only once it has read this token's o_partial.
   }
+}
 
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = row_lane + kRowLanes * r;
-    float* const dst = S + static_cast<int64_t>(i) * dv + col;
-    if constexpr (kVec4) {
-      if (i < dk && col < dv) *reinterpret_cast<float4*>(dst) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (i < dk && col + e < dv) dst[e] = s[r][e];
-    }
-  }
+template <int kRows, bool kVec4, KernelFault kFault>
+void launch_recurrent_rows(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, dim3 grid,
+                           cudaStream_t stream) {
+  // The state tiles of the resident CTAs need most of the SM's shared memory: ask for the largest carveout, once.
+  static const cudaError_t carveout =
+      cudaFuncSetAttribute(gdn_recurrent_kernel<kRows, kVec4, kFault>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+  (void)carveout;  // a hint: without it the kernel still runs, with fewer CTAs resident
+  gdn_recurrent_kernel<kRows, kVec4, kFault><<<grid, kRecurrentThreads, 0, stream>>>(p, batch);
 }
 
 template <bool kVec4, KernelFault kFault>
-void launch_recurrent_variant(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+void launch_recurrent_variant(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, int count,
+                              cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.value_dim + kRecurrentCols - 1) / kRecurrentCols),
-                  static_cast<unsigned>(p.value_heads), static_cast<unsigned>(p.sequence_count));
-  // kRows · 16 >= dk: the fewest registers that hold the CTA's rows of S.
+                  static_cast<unsigned>(p.value_heads), static_cast<unsigned>(count));
+  // kRows · 16 >= dk: the fewest rows of shared memory that hold the CTA's rows of S.
   if (p.key_dim <= 2 * kRowLanes)
-    gdn_recurrent_kernel<2, kVec4, kFault><<<grid, kRecurrentThreads, 0, stream>>>(p);
+    launch_recurrent_rows<2, kVec4, kFault>(p, batch, grid, stream);
   else if (p.key_dim <= 4 * kRowLanes)
-    gdn_recurrent_kernel<4, kVec4, kFault><<<grid, kRecurrentThreads, 0, stream>>>(p);
+    launch_recurrent_rows<4, kVec4, kFault>(p, batch, grid, stream);
   else if (p.key_dim <= 8 * kRowLanes)
-    gdn_recurrent_kernel<8, kVec4, kFault><<<grid, kRecurrentThreads, 0, stream>>>(p);
+    launch_recurrent_rows<8, kVec4, kFault>(p, batch, grid, stream);
   else
-    gdn_recurrent_kernel<16, kVec4, kFault><<<grid, kRecurrentThreads, 0, stream>>>(p);
+    launch_recurrent_rows<16, kVec4, kFault>(p, batch, grid, stream);
 }
 
 template <KernelFault kFault>
-void launch_recurrent_fault(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+void launch_recurrent_fault(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, int count,
+                            cudaStream_t stream) {
   if (p.state_vec4)
-    launch_recurrent_variant<true, kFault>(p, stream);
+    launch_recurrent_variant<true, kFault>(p, batch, count, stream);
   else
-    launch_recurrent_variant<false, kFault>(p, stream);
+    launch_recurrent_variant<false, kFault>(p, batch, count, stream);
+}
+
+void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, int count, KernelFault fault,
+                            cudaStream_t stream) {
+  switch (fault) {
+    case KernelFault::kGdnGateSign:
+      return launch_recurrent_fault<KernelFault::kGdnGateSign>(p, batch, count, stream);
+    case KernelFault::kGdnMissingBarrier:
+      return launch_recurrent_fault<KernelFault::kGdnMissingBarrier>(p, batch, count, stream);
+    default:
+      return launch_recurrent_fault<KernelFault::kNone>(p, batch, count, stream);
+  }
 }
 
 }  // namespace
@@ -293,14 +343,13 @@ void launch_causal_conv1d_silu(const CausalConv1dParams& p, KernelFault fault, c
   }
 }
 
-void launch_gdn_recurrent(const GatedDeltaRuleParams& p, KernelFault fault, cudaStream_t stream) {
-  switch (fault) {
-    case KernelFault::kGdnGateSign:
-      return launch_recurrent_fault<KernelFault::kGdnGateSign>(p, stream);
-    case KernelFault::kGdnMissingBarrier:
-      return launch_recurrent_fault<KernelFault::kGdnMissingBarrier>(p, stream);
-    default:
-      return launch_recurrent_fault<KernelFault::kNone>(p, stream);
+void launch_gdn_recurrent(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
+                          cudaStream_t stream) {
+  GdnRecurrentBatch batch{};
+  for (int first = 0; first < count; first += kGdnRecurrentBatchSequences) {
+    const int n = std::min(count - first, kGdnRecurrentBatchSequences);
+    std::copy(sequences + first, sequences + first + n, batch.sequences);
+    launch_recurrent_batch(p, batch, n, fault, stream);
   }
 }
 

@@ -55,31 +55,64 @@ struct GdnSequence {
 };
 
 struct GatedDeltaRuleParams {
-  const float* qkv;              // [T, 2·nk·dk + nv·dv]: q heads | k heads | v heads
-  const float* a;                // [T, nv]
-  const float* b;                // [T, nv]
-  const float* A_log;            // [nv]
-  const float* dt_bias;          // [nv]
-  float* o;                      // [T, nv, dv]
-  const GdnSequence* sequences;  // [sequence_count]: grid.z
-  int sequence_count;
-  int key_heads;       // nk
-  int value_heads;     // nv, a multiple of nk
-  int key_dim;         // dk in [1, kGdnMaxHeadDim]
-  int value_dim;       // dv in [1, kGdnMaxHeadDim]
-  int64_t qkv_stride;  // 2·nk·dk + nv·dv
-  float q_scale;       // dk^-1/2, computed on the host as the CPU reference does
+  const float* qkv;      // [T, 2·nk·dk + nv·dv]: q heads | k heads | v heads
+  const float* a;        // [T, nv]
+  const float* b;        // [T, nv]
+  const float* A_log;    // [nv]
+  const float* dt_bias;  // [nv]
+  float* o;              // [T, nv, dv]
+  int key_heads;         // nk
+  int value_heads;       // nv, a multiple of nk
+  int key_dim;           // dk in [1, kGdnMaxHeadDim]
+  int value_dim;         // dv in [1, kGdnMaxHeadDim]
+  int64_t qkv_stride;    // 2·nk·dk + nv·dv
+  float q_scale;         // dk^-1/2, computed on the host as the CPU reference does
   // Recurrent kernel only: every state is 16-byte aligned and dv % 4 == 0, so rows of S move as float4 (a
   // separate instantiation: the scalar path would cost the vector one registers).
   bool state_vec4;
 };
 
-// Token by token, one CTA per (value-column slice, value head, sequence): decode, and algorithm kRecurrent.
-// Faults kGdnGateSign and kGdnMissingBarrier select planted variants.
-void launch_gdn_recurrent(const GatedDeltaRuleParams& params, KernelFault fault, cudaStream_t stream);
-// Chunks of kGdnChunkRows aligned to multiples of kGdnChunkRows of each sequence's position, in the WY form: multi-
-// token sequences under algorithm kChunked. Faults kGdnGateSign, kGdnChunkBoundaryOffByOne and kGdnMissingBarrier
-// select planted variants.
-void launch_gdn_chunked(const GatedDeltaRuleParams& params, KernelFault fault, cudaStream_t stream);
+// Sequences one recurrent launch carries in its parameters (2 KB), so a decode step uploads no table before its
+// kernel; more sequences take more launches, each sequence computed alone whatever launch it is in.
+constexpr int kGdnRecurrentBatchSequences = 64;
+struct GdnRecurrentBatch {
+  GdnSequence sequences[kGdnRecurrentBatchSequences];  // grid.z of them used
+};
+
+// Token by token, one CTA per (32 value columns, value head, sequence): decode, and algorithm kRecurrent. Takes the
+// `count` sequences from host memory and passes them by value,
+// kGdnRecurrentBatchSequences per launch. Faults kGdnGateSign and kGdnMissingBarrier select planted variants.
+void launch_gdn_recurrent(const GatedDeltaRuleParams& params, const GdnSequence* sequences, int count,
+                          KernelFault fault, cudaStream_t stream);
+
+// The chunked kernels' work list. Chunks are kGdnChunkRows long and start at multiples of kGdnChunkRows of their
+// sequence's position (a sequence's first chunk may be shorter, as may its last).
+struct GdnChunk {
+  int64_t row;     // the chunk's first row of qkv, a, b and o
+  int32_t length;  // tokens, in [1, kGdnChunkRows]
+  int32_t unused;  // keeps the table 16-byte strided
+};
+// One sequence's consecutive chunks [first_chunk, first_chunk + chunk_count) of the table, in order.
+struct GdnChunkRun {
+  float* state;  // [nv, dk, dv] F32: the state before the run's first chunk, rewritten after its last
+  int32_t first_chunk;
+  int32_t chunk_count;
+};
+// Floats of one (chunk, value head) record of the scratch the chunk-parallel pass writes for the sequential one.
+constexpr int64_t kGdnChunkRecordFloats = 9280;
+struct GdnChunkedPlan {
+  const GdnChunk* chunks;  // [chunk_count]
+  int32_t chunk_count;
+  const GdnChunkRun* runs;  // [run_count]: grid.z of the sequential pass
+  int32_t run_count;
+  float* records;  // [chunk_count, nv, kGdnChunkRecordFloats] scratch, 16-byte aligned
+};
+
+// Chunks of kGdnChunkRows in the WY form (multi-token sequences under algorithm kChunked), in two launches: every
+// (chunk, key head) in parallel, then each run's chunks in order, parallel over value heads and value columns. Reads
+// params' tensors and scalars; the plan lists the work. Faults kGdnGateSign,
+// kGdnChunkBoundaryOffByOne and kGdnMissingBarrier select planted variants.
+void launch_gdn_chunked(const GatedDeltaRuleParams& params, const GdnChunkedPlan& plan, KernelFault fault,
+                        cudaStream_t stream);
 
 }  // namespace plumb::cuda

@@ -1,376 +1,403 @@
-// Gated DeltaNet on the GPU, part 2: the chunked gated delta rule (prefill), on CUDA cores in F32.
+// Gated DeltaNet on the GPU, part 2: the chunked gated delta rule (prefill) on the tensor cores, in two passes.
 //
 // Per chunk of L <= 64 tokens (cumulative log-decay γ, Γ = exp γ, state S0 entering the chunk), as in the CPU
 // reference and ../shared/docs/qwen3-next-spec.md §10:
 //   A[i, j] = β_i e^{γ_i − γ_j} k_i·k_j (j < i)        P[i, j] = e^{γ_i − γ_j} q_i·k_j (j <= i)
-//   (I + A) Δ = diag(β) V − diag(βΓ) K S0               (forward substitution, rows in order)
+//   Δ = (I + A)^-1 (diag(β) V − diag(βΓ) K S0)          (the reference's U − W S0)
 //   O = diag(Γ) Q S0 + P Δ                              S = Γ_L S0 + Σ_i e^{γ_L − γ_i} k_i Δ_iᵀ
-// Solving for Δ directly is the reference's Δ = U − W S0 with U and W folded into one right-hand side; it needs
-// neither W nor U in memory.
+// Pass 1 (gdn_chunked_prepare.cu), every chunk in parallel: the gates, T = (I + A)^-1 and P, into a record per
+// (chunk, value head). Pass 2 (here), per (value-column slice, value head, sequence run): the chunks in order, with
+// the slice of S in registers; only this pass is sequential, and S's columns are independent, so dv is split over
+// CTAs. Every product is a 3xTF32 tensor-core product (gdn_chunked_common.cuh) in F32 accumulators.
 //
-// Exact by construction: every output element is one thread's sum in ascending order of its reduction index (x over
-// dk, j or i over the chunk), and chunks start at multiples of 64 of the sequence's absolute position, so a prefill
-// split into pieces of multiples of 64 tokens runs the very same chunks and gives the same bits.
+// Exact by construction: each output element is a fixed sequence of mma k-steps over its reduction index (dk, or the
+// chunk's 64 token slots; rows past L are zero) whose tiling depends on dk and dv alone, and chunks start at
+// multiples of 64 of the sequence's absolute position. A chunk's arithmetic depends on its own tokens and the state
+// entering it, so a prefill split into calls of multiples of 64 tokens, or batched with anything, runs the very same
+// chunks and gives the same bits. No atomics; no reduction spans CTAs.
+//
+// Shared memory: pass 2's 32-column variant takes 224.5 KiB at dk = 128 (sm_90's 227 KB opt-in); larger dk takes
+// 8-column slices with one K stage (195 KiB at dk = 256). Pass 1 takes 106.5 KiB at dk = 128 (two CTAs an SM). A
+// 99 KB part (sm_89, sm_120) would need pass 2 in 8-column slices with K and Q streamed through in halves of dk (or
+// staged as BF16 pairs, with a new bound), and pass 1's K̂ and Q̂ likewise in halves of dk.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "backends/cuda/kernels/gdn.h"
-#include "backends/cuda/kernels/gdn_device.cuh"
+#include "backends/cuda/kernels/gdn_chunked_common.cuh"
 
 namespace plumb::cuda {
 namespace {
 
-constexpr int kChunkWarps = 8;
-constexpr int kChunkThreads = 32 * kChunkWarps;
-constexpr int kChunkCols = 32;                // value columns (of dv) per CTA
-constexpr int kRows = kGdnChunkRows;          // 64
-constexpr int kMatrixStride = kRows + 1;      // sA, sP rows: an odd stride keeps column walks conflict-free
-constexpr int kDeltaStride = kChunkCols + 1;  // sR rows: likewise
-
-// The CTA's shared memory, in floats. dkp = dk rounded up to 8 (zero-filled past dk) so the dk loops run in float4
-// steps; rows of sK and sQ are dkp + 4 long, an odd number of 16-byte units, so float4 reads of 8 different rows hit
-// 8 different bank groups.
-struct ChunkLayout {
-  int dkp, row;  // padded dk; row stride of sK and sQ
-  int k, q, s, a, pm, r, beta, g, gamma, gexp, wlast, total;
-  __host__ __device__ explicit ChunkLayout(int dk) : dkp((dk + 7) / 8 * 8), row(dkp + 4) {
-    k = 0;                            // sK [64, row]: normalized k of the chunk's tokens (zero rows past L)
-    q = k + kRows * row;              // sQ [64, row]: normalized and scaled q
-    s = q + kRows * row;              // sS [dkp, 32]: the CTA's columns of S (zero rows past dk)
-    a = s + dkp * kChunkCols;         // sA [64, 65]: A, strictly lower
-    pm = a + kRows * kMatrixStride;   // sP [64, 65]: P, lower with the diagonal
-    r = pm + kRows * kMatrixStride;   // sR [64, 33]: V, then the right-hand side, then Δ
-    beta = r + kRows * kDeltaStride;  // [64]: β (0 past L)
-    g = beta + kRows;                 // [64]: g (0 past L)
-    gamma = g + kRows;                // [64]: γ, the chunk's cumulative g
-    gexp = gamma + kRows;             // [64]: Γ = exp γ
-    wlast = gexp + kRows;             // [64]: e^{γ_L − γ_i} (0 past L)
-    total = wlast + kRows;
+// The state CTA's shared memory, in floats, for slices of kCols value columns.
+template <int kCols>
+struct StateLayout {
+  static constexpr int kStages = kCols == 32 ? 2 : 1;     // buffers of K and of the record's vectors
+  static constexpr int kRowStride = kCols == 8 ? 8 : 40;  // V and ΓQS rows: 8 (mod 32) for C-fragment float2s
+  static constexpr int kRtStride = kTStride;              // Rᵀ rows: ldmatrix rows
+  static constexpr int kDtStride = kPStride;              // Δᵀ rows: 8 (mod 32) for pair-order float2s
+  int dkp, xs;                                            // padded dk; row stride of K, Q and Sᵀ
+  int k, q, v, t, pm, vec, st_hi, st_lo, rt_hi, rt_lo, dt_hi, dt_lo, xq, total;
+  __host__ __device__ explicit StateLayout(int dk) : dkp(gdn_padded_dim(dk)), xs(dkp + 4) {
+    k = 0;                                          // [stages][64][xs]: raw k rows (zero past L and past dk)
+    q = k + kStages * kChunkLen * xs;               // [64][xs]: raw q rows
+    v = q + kChunkLen * xs;                         // [64][kRowStride]: the slice's v columns (zero past L, dv)
+    t = v + kChunkLen * kRowStride;                 // [64][68]: the record's T
+    pm = t + kChunkLen * kTStride;                  // [64][72]: the record's P
+    vec = pm + kChunkLen * kPStride;                // [stages][5][64]: the record's vectors
+    st_hi = vec + kStages * kVecCount * kChunkLen;  // [kCols][xs]: Sᵀ split, the B operand of K S and Q S
+    st_lo = st_hi + kCols * xs;
+    rt_hi = st_lo + kCols * xs;  // [kCols][68]: Rᵀ split, R = diag(β) V − diag(βΓ) K S0
+    rt_lo = rt_hi + kCols * kRtStride;
+    dt_hi = rt_lo + kCols * kRtStride;  // [kCols][72]: Δᵀ split
+    dt_lo = dt_hi + kCols * kDtStride;
+    xq = dt_lo + kCols * kDtStride;  // [64][kRowStride]: diag(Γ) Q̂ S0
+    total = xq + kChunkLen * kRowStride;
   }
 };
 
-// 4 bytes global -> shared, asynchronously: every element of the chunk is in flight at once, whatever the alignment
-// of the qkv rows.
-__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(src) : "memory");
-}
-// Waits for this thread's copies; other threads see them after a barrier.
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
+constexpr int kStateThreads = 512;  // 16 warps: 4 per scheduler, to hide the mma and shared-memory latencies
 
-__device__ __forceinline__ float dot4(const float4 a, const float4 b, float acc) {
-  acc = fmaf(a.x, b.x, acc);
-  acc = fmaf(a.y, b.y, acc);
-  acc = fmaf(a.z, b.z, acc);
-  return fmaf(a.w, b.w, acc);
-}
-
-// grid (⌈dv / 32⌉, nv, sequences), 256 threads, one CTA per 32 value columns of one (sequence, value head), walking
-// the sequence's chunks in order with its columns of S in shared memory. The dk-wide work of a chunk (A, P) is
-// repeated by the ⌈dv / 32⌉ CTAs of a head so that a single long prefill still fills the GPU (32 heads × 4 slices).
-template <KernelFault kFault>
-__global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunked_kernel(const GatedDeltaRuleParams p) {
+// grid (⌈dv / kCols⌉, nv, runs), 512 threads. Warp w = 8 wn + wm. Per chunk, three barriers split four phases:
+//   1. X = [K; Q] S0 on the raw rows (128 × kCols over dk): warp (wm, wn) on rows 16 wm .. 16 wm + 15 of [K; Q] and
+//      the wn-th half of the n-tiles; the rows' inverse norms scale the results, which makes K̂ S0 (to R, then Rᵀ)
+//      and Q̂ S0 (to diag(Γ) Q̂ S0).
+//   2. Δ = T R (64 × kCols over 64, lower triangular): warp w on n-tile w % 4 of m-tile 3, 2, 0, 1 for w / 4 =
+//      0 .. 3 (8, 6, 2, 4 k-steps), to Δᵀ.
+//   3. S = Γ_L S0 + K̃ᵀ Δ (dk × kCols over 64): warp (wm, wn) updates its tiles of S in registers (x-tiles wm and
+//      wm + 8, the n-tiles of phase 1), then Sᵀ.
+//   4. O = diag(Γ) Q̂ S0 + P Δ (64 × kCols over 64, lower triangular), the tiles of phase 2, stored to o.
+// Inputs of the next chunk stream in (cp.async) as soon as their buffer is dead: K and the vectors at the top (two
+// stages), Q and V after phase 1, T after phase 2, P at the top of their own chunk.
+template <int kCols, KernelFault kFault>
+__global__ void __launch_bounds__(kStateThreads, 1)
+    gdn_chunk_state_kernel(const GatedDeltaRuleParams p, const GdnChunkedPlan plan, const bool vec4) {
+  using Layout = StateLayout<kCols>;
+  constexpr int kNt = kCols / 8;             // n-tiles of the slice
+  constexpr int kHalves = kNt >= 2 ? 2 : 1;  // warps wn = 0 .. kHalves-1 work in phases 1 and 3
+  constexpr int kNtw = kNt / kHalves;        // n-tiles per such warp
+  constexpr int kStateTiles = 2;             // x-tiles wm and wm + 8 (dkp <= 256)
+  constexpr int kRs = Layout::kRowStride, kRts = Layout::kRtStride, kDts = Layout::kDtStride;
   extern __shared__ float4 shared_memory[];
-  const ChunkLayout lay(p.key_dim);
   float* const smem = reinterpret_cast<float*>(shared_memory);
+  const Layout lay(p.key_dim);
+  const GdnChunkRun run = plan.runs[blockIdx.z];
+  const int h = blockIdx.y, nv = p.value_heads;
+  const int kh = h / (nv / p.key_heads);
+  const int dk = p.key_dim, dv = p.value_dim, dkp = lay.dkp, xs = lay.xs;
+  const int col0 = blockIdx.x * kCols;     // the slice's first value column
+  const int cols = min(kCols, dv - col0);  // its columns inside dv
+  const int x_tiles = dkp / 16;            // m-tiles of S's rows
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wm = warp % 8, wn = warp / 8;
+  const bool tiles_13 = wn < kHalves;  // whether the warp works in phases 1 and 3
+  const int n_first = wn * kNtw;       // its first n-tile there
   float* const sK = smem + lay.k;
   float* const sQ = smem + lay.q;
-  float* const sS = smem + lay.s;
-  float* const sA = smem + lay.a;
+  float* const sV = smem + lay.v;
+  float* const sT = smem + lay.t;
   float* const sP = smem + lay.pm;
-  float* const sR = smem + lay.r;
-  float* const sBeta = smem + lay.beta;
-  float* const sG = smem + lay.g;
-  float* const sGamma = smem + lay.gamma;
-  float* const sGexp = smem + lay.gexp;
-  float* const sWlast = smem + lay.wlast;
+  float* const sVec = smem + lay.vec;
+  float* const sSt_hi = smem + lay.st_hi;
+  float* const sSt_lo = smem + lay.st_lo;
+  float* const sRt_hi = smem + lay.rt_hi;
+  float* const sRt_lo = smem + lay.rt_lo;
+  float* const sDt_hi = smem + lay.dt_hi;
+  float* const sDt_lo = smem + lay.dt_lo;
+  float* const sXQ = smem + lay.xq;
+  float* const S = run.state + static_cast<int64_t>(h) * dk * dv;  // [dk, dv]
 
-  const GdnSequence seq = p.sequences[blockIdx.z];
-  const int h = blockIdx.y;
-  const int kh = h / (p.value_heads / p.key_heads);
-  const int dk = p.key_dim, dv = p.value_dim, nv = p.value_heads, dkp = lay.dkp, row = lay.row;
-  const int col0 = blockIdx.x * kChunkCols;                        // the CTA's first value column
-  const int cols = min(kChunkCols, dv - col0);                     // its columns inside dv
-  float* const S = seq.state + static_cast<int64_t>(h) * dk * dv;  // [dk, dv]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // The 16 × 16 thread grid of the matrix phases: rows ty + 16a, columns tx + 16b.
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  // Staging buffers start zero: columns past dk (K, Q) and past dv (V) stay so, rows past L are re-zeroed per chunk.
+  for (int e = threadIdx.x; e < lay.t; e += kStateThreads) smem[e] = 0.0f;
+  __syncthreads();
 
-  for (int e = threadIdx.x; e < dkp * kChunkCols; e += kChunkThreads) {
-    const int x = e / kChunkCols, c = e % kChunkCols;
-    sS[e] = x < dk && c < cols ? S[static_cast<int64_t>(x) * dv + col0 + c] : 0.0f;
-  }
+  const auto record = [&](int chunk_index) {  // [kRecordFloats]
+    return plan.records + (static_cast<int64_t>(chunk_index) * nv + h) * kRecordFloats;
+  };
+  const auto issue_flat = [&](float* dst, const float* src, int floats) {
+    for (int e = threadIdx.x; e < floats / 4; e += kStateThreads) cp_async_16(dst + 4 * e, src + 4 * e);
+  };
+  const auto issue_k = [&](const GdnChunk& chunk, int chunk_index, int stage) {
+    float* const dst = sK + stage * kChunkLen * xs;
+    const float* const src = p.qkv + chunk.row * p.qkv_stride + static_cast<int64_t>(p.key_heads + kh) * dk;
+    copy_rows_async<kStateThreads>(dst, xs, src, p.qkv_stride, chunk.length, dk, vec4);
+    zero_rows<kStateThreads>(dst, xs, chunk.length, kChunkLen, dkp);
+    issue_flat(sVec + stage * kVecCount * kChunkLen, record(chunk_index) + kRecordVectors, kVecCount * kChunkLen);
+  };
+  const auto issue_q_v = [&](const GdnChunk& chunk) {
+    const float* const row = p.qkv + chunk.row * p.qkv_stride;  // [2·nk·dk + nv·dv] of the chunk's first token
+    copy_rows_async<kStateThreads>(sQ, xs, row + static_cast<int64_t>(kh) * dk, p.qkv_stride, chunk.length, dk, vec4);
+    zero_rows<kStateThreads>(sQ, xs, chunk.length, kChunkLen, dkp);
+    copy_rows_async<kStateThreads>(sV, kRs, row + static_cast<int64_t>(2 * p.key_heads) * dk + h * dv + col0,
+                                   p.qkv_stride, chunk.length, cols, vec4);
+    zero_rows<kStateThreads>(sV, kRs, chunk.length, kChunkLen, kCols);
+  };
 
-  for (int64_t t0 = 0; t0 < seq.count;) {
-    const int64_t position = seq.past + t0;
-    const int L = static_cast<int>(std::min<int64_t>(kRows - position % kRows, seq.count - t0));
-    const int64_t row0 = seq.begin + t0;  // the chunk's first row of qkv, a, b, o
-
-    // (1) The chunk's raw q, k (key head kh) and v (the CTA's columns), warp w taking rows w, w + 8, ...; rows past L
-    // and the padding columns past dk are zero, so every later loop can run over the full padded tile.
-    for (int i = warp; i < kRows; i += kChunkWarps) {
-      float* const k_row = sK + i * row;
-      float* const q_row = sQ + i * row;
-      if (i < L) {
-        const float* const src = p.qkv + (row0 + i) * p.qkv_stride;  // [2·nk·dk + nv·dv]
-        for (int x = lane; x < dk; x += 32) {
-          cp_async_4(q_row + x, src + kh * dk + x);
-          cp_async_4(k_row + x, src + (p.key_heads + kh) * dk + x);
-        }
-        if (lane < cols)
-          cp_async_4(sR + i * kDeltaStride + lane, src + 2 * p.key_heads * dk + h * dv + col0 + lane);
-        else
-          sR[i * kDeltaStride + lane] = 0.0f;
-      } else {
-        for (int x = lane; x < dk; x += 32) {
-          q_row[x] = 0.0f;
-          k_row[x] = 0.0f;
-        }
-        sR[i * kDeltaStride + lane] = 0.0f;
+  // S's slice: warp (wm, wn) holds x-tiles wm and wm + 8 and its n-tiles as C fragments (rows past dk and columns
+  // past dv zero, and kept zero by the updates). Element (xi, n, e) is row x = 16 (wm + 8 xi) + g + 8 (e / 2),
+  // column c = 8 (n_first + n) + 2t + e % 2.
+  float s_reg[kStateTiles][kNtw][4];
+  const auto owns_tile = [&](int xi) { return tiles_13 && wm + 8 * xi < x_tiles; };
+#pragma unroll
+  for (int xi = 0; xi < kStateTiles; ++xi)
+#pragma unroll
+    for (int n = 0; n < kNtw; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = 16 * (wm + 8 * xi) + g + 8 * (e / 2), c = 8 * (n_first + n) + 2 * t + e % 2;
+        s_reg[xi][n][e] = owns_tile(xi) && x < dk && c < cols ? S[static_cast<int64_t>(x) * dv + col0 + c] : 0.0f;
       }
-      for (int x = dk + lane; x < dkp; x += 32) {
-        q_row[x] = 0.0f;
-        k_row[x] = 0.0f;
-      }
+  // Sᵀ split for phase 1's B fragments, from the registers.
+  const auto publish_state = [&] {
+#pragma unroll
+    for (int xi = 0; xi < kStateTiles; ++xi) {
+      if (!owns_tile(xi)) continue;
+#pragma unroll
+      for (int n = 0; n < kNtw; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int x = 16 * (wm + 8 * xi) + g + 8 * (e / 2), c = 8 * (n_first + n) + 2 * t + e % 2;
+          uint32_t hi, lo;
+          split_tf32(s_reg[xi][n][e], hi, lo);
+          sSt_hi[c * xs + x] = __uint_as_float(hi);
+          sSt_lo[c * xs + x] = __uint_as_float(lo);
+        }
     }
-    // Warp 0 computes the gates and their cumulative sum while the copies are in flight.
-    if (warp == 0) {
-      for (int i = lane; i < kRows; i += 32) {
-        float beta = 0.0f, g = 0.0f;
-        if (i < L)
-          gdn_gates<kFault>(p.a[(row0 + i) * nv + h], p.b[(row0 + i) * nv + h], p.A_log[h], p.dt_bias[h], beta, g);
-        sBeta[i] = beta;
-        sG[i] = g;
+  };
+  publish_state();
+
+  // Lane-constant fragment addresses (shared space, bytes) of the phases.
+  const uint32_t st_frag =
+      smem_address((lane < 16 ? sSt_hi : sSt_lo) + 8 * n_first * xs + b_split_fragment_offset(xs, lane));
+  const int n_own = warp % 4;                            // phases 2 and 4: n-tile ...
+  const int m_own = (0x1023 >> (4 * (warp / 4))) & 0xf;  // ... and m-tile 3, 2, 0, 1 for warp / 4 = 0 .. 3
+  const bool tiles_24 = n_own < kNt;
+  const uint32_t t_frag = smem_address(sT + 16 * m_own * kTStride + a_fragment_offset(kTStride, lane));
+  const uint32_t rt_frag =
+      smem_address((lane < 16 ? sRt_hi : sRt_lo) + 8 * n_own * kRts + b_split_fragment_offset(kRts, lane));
+
+  GdnChunk chunk = plan.chunks[run.first_chunk];
+  issue_k(chunk, run.first_chunk, 0);
+  issue_q_v(chunk);
+  issue_flat(sT, record(run.first_chunk) + kRecordT, kChunkLen * kTStride);
+  cp_async_commit();
+
+  for (int ci = 0; ci < run.chunk_count; ++ci) {
+    const int chunk_index = run.first_chunk + ci;
+    const int L = chunk.length;
+    const int stage = Layout::kStages == 2 ? ci % 2 : 0;
+    const bool has_next = ci + 1 < run.chunk_count;
+    const GdnChunk next = has_next ? plan.chunks[chunk_index + 1] : chunk;
+    const float* const sKc = sK + stage * kChunkLen * xs;
+    const float* const vec = sVec + stage * kVecCount * kChunkLen;
+
+    // This chunk's K, vectors, Q, V and T have landed (each thread waits for its own copies; the barrier publishes
+    // them), and every warp is done with the previous chunk.
+    cp_async_wait<0>();
+    __syncthreads();
+    issue_flat(sP, record(chunk_index) + kRecordP, kChunkLen * kPStride);
+    if (Layout::kStages == 2 && has_next) issue_k(next, chunk_index + 1, stage ^ 1);
+    cp_async_commit();
+
+    // (1) X = [K; Q] S0 on raw rows, dk ascending in k-steps of 8.
+    if (tiles_13) {
+      const bool is_k = wm < 4;
+      const int m = wm % 4;
+      const uint32_t a_frag = smem_address((is_k ? sKc : sQ) + 16 * m * xs + a_fragment_offset(xs, lane));
+      float acc[kNtw][4] = {};
+#pragma unroll 2
+      for (int k0 = 0; k0 < dkp; k0 += 8) {
+        uint32_t a[4];
+        ldmatrix_x4(a, a_frag + 4 * k0);
+        const SplitA s = split_a(a);
+#pragma unroll
+        for (int n = 0; n < kNtw; ++n) {
+          uint32_t b[4];
+          ldmatrix_x4(b, st_frag + 4 * (8 * n * xs + k0));
+          mma_3xtf32(acc[n], s, {b[0], b[1]}, {b[2], b[3]});
+        }
       }
-      __syncwarp();
-      if (lane == 0) {
-        float running = 0.0f;  // γ_i = g_0 + ... + g_i, summed in order as the CPU reference does
-        for (int i = 0; i < kRows; ++i) {
-          // Fault kGdnChunkBoundaryOffByOne restarts the sum one token early: the chunk's last token decays as if it
-          // opened the next chunk.
-          if constexpr (kFault == KernelFault::kGdnChunkBoundaryOffByOne) {
-            if (i == L - 1) running = 0.0f;
+      const float* const inv = vec + (is_k ? kVecInvK : kVecInvQ) * kChunkLen;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * m + g + 8 * half;
+        const float inv_i = inv[i], gexp = vec[kVecGexp * kChunkLen + i];
+#pragma unroll
+        for (int n = 0; n < kNtw; ++n) {
+          const int c = 8 * (n_first + n) + 2 * t;
+          float x0 = __fmul_rn(acc[n][2 * half], inv_i), x1 = __fmul_rn(acc[n][2 * half + 1], inv_i);
+          if (is_k) {
+            // R_i = β_i v_i − β_i Γ_i (K̂ S0)_i, the right-hand side whose solve is U − W S0.
+            const float beta = vec[kVecBeta * kChunkLen + i];
+            const float2 v = *reinterpret_cast<const float2*>(sV + i * kRs + c);
+            uint32_t hi, lo;
+            split_tf32(fmaf(-(beta * gexp), x0, beta * v.x), hi, lo);
+            sRt_hi[c * kRts + i] = __uint_as_float(hi);
+            sRt_lo[c * kRts + i] = __uint_as_float(lo);
+            split_tf32(fmaf(-(beta * gexp), x1, beta * v.y), hi, lo);
+            sRt_hi[(c + 1) * kRts + i] = __uint_as_float(hi);
+            sRt_lo[(c + 1) * kRts + i] = __uint_as_float(lo);
+          } else {
+            x0 = __fmul_rn(x0, p.q_scale);
+            x1 = __fmul_rn(x1, p.q_scale);
+            *reinterpret_cast<float2*>(sXQ + i * kRs + c) = make_float2(gexp * x0, gexp * x1);
           }
-          running += sG[i];
-          sGamma[i] = running;
         }
       }
-      __syncwarp();
-      for (int i = lane; i < kRows; i += 32) {
-        sGexp[i] = expf(sGamma[i]);
-        sWlast[i] = i < L ? expf(sGamma[L - 1] - sGamma[i]) : 0.0f;
-      }
     }
-    // L2-normalize the rows in place. Each lane reads back exactly the elements its own copies wrote, so waiting
-    // for its own copies is enough here.
-    cp_async_wait_all();
-    for (int i = warp; i < L; i += kChunkWarps) {
-      float* const k_row = sK + i * row;
-      float* const q_row = sQ + i * row;
-      float sum_q = 0.0f, sum_k = 0.0f;
-      for (int x = lane; x < dk; x += 32) {
-        sum_q = fmaf(q_row[x], q_row[x], sum_q);
-        sum_k = fmaf(k_row[x], k_row[x], sum_k);
-      }
-      const float inv_q = 1.0f / sqrtf(warp_sum(sum_q) + kGdnL2NormEps);
-      const float inv_k = 1.0f / sqrtf(warp_sum(sum_k) + kGdnL2NormEps);
-      for (int x = lane; x < dk; x += 32) {
-        q_row[x] = q_row[x] * inv_q * p.q_scale;
-        k_row[x] = k_row[x] * inv_k;
-      }
-    }
-    // Every thread reads every row of sK and sQ, and the gates, below; fault kGdnMissingBarrier drops this barrier.
+    // Phase 2 reads every warp's R; and Q and V are rewritten below. Fault kGdnMissingBarrier drops this barrier.
     if constexpr (kFault != KernelFault::kGdnMissingBarrier) __syncthreads();
+    if (has_next) issue_q_v(next);
+    cp_async_commit();
 
-    // (2) One pass over dk: K Kᵀ and Q Kᵀ (4 × 4 tiles, only those on or below the diagonal), K S0 and Q S0 (4 × 2).
-    float kk[4][4], qk[4][4], ks[4][2], qs[4][2];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        kk[a][b] = 0.0f;
-        qk[a][b] = 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        ks[a][b] = 0.0f;
-        qs[a][b] = 0.0f;
-      }
-    }
-    for (int x = 0; x < dkp; x += 4) {
-      float4 ki[4], qi[4], kj[4];
-      float sv[4][2];
-#pragma unroll
-      for (int a = 0; a < 4; ++a) {
-        ki[a] = *reinterpret_cast<const float4*>(sK + (ty + 16 * a) * row + x);
-        qi[a] = *reinterpret_cast<const float4*>(sQ + (ty + 16 * a) * row + x);
-        kj[a] = *reinterpret_cast<const float4*>(sK + (tx + 16 * a) * row + x);
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int b = 0; b < 2; ++b) sv[u][b] = sS[(x + u) * kChunkCols + tx + 16 * b];
-#pragma unroll
-      for (int a = 0; a < 4; ++a) {
-#pragma unroll
-        for (int b = 0; b <= a; ++b) {
-          kk[a][b] = dot4(ki[a], kj[b], kk[a][b]);
-          qk[a][b] = dot4(qi[a], kj[b], qk[a][b]);
-        }
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          ks[a][b] = dot4(ki[a], make_float4(sv[0][b], sv[1][b], sv[2][b], sv[3][b]), ks[a][b]);
-          qs[a][b] = dot4(qi[a], make_float4(sv[0][b], sv[1][b], sv[2][b], sv[3][b]), qs[a][b]);
-        }
-      }
-    }
-    // A and P, masking before the exponential (γ_i − γ_j > 0 above the diagonal could overflow); and the right-hand
-    // side β_i v_i − β_i Γ_i (K S0)_i in place of V.
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      const int i = ty + 16 * a;
-      const float gamma_i = sGamma[i], beta_i = sBeta[i];
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int j = tx + 16 * b;
-        float a_ij = 0.0f, p_ij = 0.0f;
-        if (b <= a && j <= i) {
-          const float decay = expf(gamma_i - sGamma[j]);
-          p_ij = decay * qk[a][b];
-          if (j < i) a_ij = beta_i * decay * kk[a][b];
-        }
-        sA[i * kMatrixStride + j] = a_ij;
-        sP[i * kMatrixStride + j] = p_ij;
-      }
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        float* const r = sR + i * kDeltaStride + tx + 16 * b;
-        *r = fmaf(-(beta_i * sGexp[i]), ks[a][b], beta_i * *r);
-      }
-    }
-    __syncthreads();
-
-    // (3) (I + A) Δ = R by forward substitution: warp w solves columns 4w .. 4w+3, lane l holding rows l and l + 32.
-    // Row j is final once rows < j are subtracted; its owner lane broadcasts it, and every row i > j subtracts
-    // A[i, j] Δ_j, so each row takes its terms in ascending j as the CPU reference does.
-    {
-      const int c = 4 * warp;
-      float lo[4], hi[4];  // rows lane and lane + 32
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo[e] = sR[lane * kDeltaStride + c + e];
-        hi[e] = sR[(lane + 32) * kDeltaStride + c + e];
-      }
-      for (int j = 0; j < min(L, 32); ++j) {
-        const float a_lo = sA[lane * kMatrixStride + j];
-        const float a_hi = sA[(lane + 32) * kMatrixStride + j];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float delta_j = __shfl_sync(0xffffffffu, lo[e], j);
-          if (lane > j) lo[e] = fmaf(-a_lo, delta_j, lo[e]);
-          hi[e] = fmaf(-a_hi, delta_j, hi[e]);
-        }
-      }
-      for (int j = 32; j < L; ++j) {
-        const float a_hi = sA[(lane + 32) * kMatrixStride + j];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float delta_j = __shfl_sync(0xffffffffu, hi[e], j - 32);
-          if (lane + 32 > j) hi[e] = fmaf(-a_hi, delta_j, hi[e]);
-        }
+    // (2) Δ = T R over the 2 m_own + 2 k-steps that reach the diagonal; Δᵀ split for phases 3 and 4.
+    if (tiles_24) {
+      float acc[4] = {};
+#pragma unroll 2
+      for (int kk = 0; kk <= 2 * m_own + 1; ++kk) {
+        uint32_t b[4], a[4];
+        ldmatrix_x4(b, rt_frag + 32 * kk);
+        ldmatrix_x4(a, t_frag + 32 * kk);
+        mma_3xtf32(acc, split_a(a), {b[0], b[1]}, {b[2], b[3]});
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        sR[lane * kDeltaStride + c + e] = lo[e];
-        sR[(lane + 32) * kDeltaStride + c + e] = hi[e];
+        const int i = 16 * m_own + g + 8 * (e / 2), c = 8 * n_own + 2 * t + e % 2;
+        uint32_t hi, lo;
+        split_tf32(acc[e], hi, lo);
+        sDt_hi[c * kDts + i] = __uint_as_float(hi);
+        sDt_lo[c * kDts + i] = __uint_as_float(lo);
       }
     }
+    // Phases 3 and 4 read every warp's Δ and this chunk's P; T is rewritten below.
+    cp_async_wait<1>();
     __syncthreads();
+    if (has_next) issue_flat(sT, record(chunk_index + 1) + kRecordT, kChunkLen * kTStride);
+    cp_async_commit();
 
-    // (4a) O = diag(Γ) Q S0 + P Δ, rows ty + 16a and columns tx + 16b, j ascending.
+    // (3) S = Γ_L S0 + K̃ᵀ Δ with K̃_i = (e^{γ_L − γ_i} / ‖k_i‖) k_i, tokens in pair order (k-step kk: tokens
+    // 8kk + 2t and 8kk + 2t + 1).
+    if (tiles_13) {
+      const float gexp_last = vec[kVecGexp * kChunkLen + L - 1];
 #pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      const int i = ty + 16 * a;
-      float acc[2];
+      for (int xi = 0; xi < kStateTiles; ++xi)
 #pragma unroll
-      for (int b = 0; b < 2; ++b) acc[b] = sGexp[i] * qs[a][b];
-      for (int j = 0; j < L; ++j) {
-        const float p_ij = sP[i * kMatrixStride + j];
+        for (int n = 0; n < kNtw; ++n)
 #pragma unroll
-        for (int b = 0; b < 2; ++b) acc[b] = fmaf(p_ij, sR[j * kDeltaStride + tx + 16 * b], acc[b]);
-      }
-      if (i < L) {
-        float* const out = p.o + ((row0 + i) * nv + h) * dv + col0;  // [32] of o[row, h, :]
+          for (int e = 0; e < 4; ++e) s_reg[xi][n][e] = gexp_last * s_reg[xi][n][e];
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
-          if (tx + 16 * b < cols) out[tx + 16 * b] = acc[b];
-      }
-    }
-    // (4b) S = Γ_L S0 + Σ_i (e^{γ_L − γ_i} k_i) Δ_iᵀ, rows x = ty + 16u (+ 64 per block of rows), i ascending.
-    const float decay_last = sGexp[L - 1];
-    for (int x0 = ty; x0 < dk; x0 += 64) {
-      float acc[4][2];
+      for (int kk = 0; kk < kChunkLen / 8; ++kk) {
+        const int i0 = 8 * kk + 2 * t, i1 = i0 + 1;
+        uint32_t b_hi[kNtw][2], b_lo[kNtw][2];
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
+        for (int n = 0; n < kNtw; ++n) {
+          const int row = (8 * (n_first + n) + g) * kDts + i0;
+          const float2 hi = *reinterpret_cast<const float2*>(sDt_hi + row);
+          const float2 lo = *reinterpret_cast<const float2*>(sDt_lo + row);
+          b_hi[n][0] = __float_as_uint(hi.x);
+          b_hi[n][1] = __float_as_uint(hi.y);
+          b_lo[n][0] = __float_as_uint(lo.x);
+          b_lo[n][1] = __float_as_uint(lo.y);
+        }
+        const float f0 = __fmul_rn(vec[kVecWlast * kChunkLen + i0], vec[kVecInvK * kChunkLen + i0]);
+        const float f1 = __fmul_rn(vec[kVecWlast * kChunkLen + i1], vec[kVecInvK * kChunkLen + i1]);
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
-          acc[u][b] = x0 + 16 * u < dk ? decay_last * sS[(x0 + 16 * u) * kChunkCols + tx + 16 * b] : 0.0f;
-      for (int i = 0; i < L; ++i) {
-        const float w = sWlast[i];
-        const float d0 = sR[i * kDeltaStride + tx], d1 = sR[i * kDeltaStride + tx + 16];
+        for (int xi = 0; xi < kStateTiles; ++xi) {
+          if (!owns_tile(xi)) continue;
+          const float* const k0 = sKc + i0 * xs + 16 * (wm + 8 * xi) + g;
+          const float a[4] = {__fmul_rn(f0, k0[0]), __fmul_rn(f0, k0[8]), __fmul_rn(f1, k0[xs]),
+                              __fmul_rn(f1, k0[xs + 8])};
+          const SplitA s = split_a(a);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          if (x0 + 16 * u < dk) {
-            const float kx = w * sK[i * row + x0 + 16 * u];
-            acc[u][0] = fmaf(kx, d0, acc[u][0]);
-            acc[u][1] = fmaf(kx, d1, acc[u][1]);
-          }
+          for (int n = 0; n < kNtw; ++n) mma_3xtf32(s_reg[xi][n], s, b_hi[n], b_lo[n]);
         }
       }
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int b = 0; b < 2; ++b)
-          if (x0 + 16 * u < dk) sS[(x0 + 16 * u) * kChunkCols + tx + 16 * b] = acc[u][b];
+      publish_state();  // Sᵀ was last read in phase 1
     }
-    // The next chunk rewrites every tile read above, and reads every row of sS written above.
-    __syncthreads();
-    t0 += L;
+
+    // (4) O = diag(Γ) Q̂ S0 + P Δ, the tile of phase 2; P and Δᵀ in pair order (one float2 each).
+    if (tiles_24) {
+      const int c = 8 * n_own + 2 * t;
+      const float2 o_lo = *reinterpret_cast<const float2*>(sXQ + (16 * m_own + g) * kRs + c);
+      const float2 o_hi = *reinterpret_cast<const float2*>(sXQ + (16 * m_own + g + 8) * kRs + c);
+      float acc[4] = {o_lo.x, o_lo.y, o_hi.x, o_hi.y};
+      const float* const dt_hi = sDt_hi + (8 * n_own + g) * kDts + 2 * t;
+      const float* const dt_lo = sDt_lo + (8 * n_own + g) * kDts + 2 * t;
+      const float* const prow = sP + (16 * m_own + g) * kPStride + 2 * t;
+#pragma unroll 2
+      for (int kk = 0; kk <= 2 * m_own + 1; ++kk) {
+        const float2 b_hi = *reinterpret_cast<const float2*>(dt_hi + 8 * kk);
+        const float2 b_lo = *reinterpret_cast<const float2*>(dt_lo + 8 * kk);
+        const float2 p_lo = *reinterpret_cast<const float2*>(prow + 8 * kk);
+        const float2 p_hi = *reinterpret_cast<const float2*>(prow + 8 * kk + 8 * kPStride);
+        const float a[4] = {p_lo.x, p_hi.x, p_lo.y, p_hi.y};
+        mma_3xtf32(acc, split_a(a), {__float_as_uint(b_hi.x), __float_as_uint(b_hi.y)},
+                   {__float_as_uint(b_lo.x), __float_as_uint(b_lo.y)});
+      }
+      float* const out = p.o + (chunk.row * nv + h) * dv + col0 + c;  // o[chunk's first row, h, col0 + c]
+      const int64_t row_stride = static_cast<int64_t>(nv) * dv;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * m_own + g + 8 * half;
+        if (i >= L) continue;
+        if (c < cols) out[i * row_stride] = acc[2 * half];
+        if (c + 1 < cols) out[i * row_stride + 1] = acc[2 * half + 1];
+      }
+    }
+
+    if (Layout::kStages == 1 && has_next) {
+      __syncthreads();  // the single K and vector buffers are dead only now
+      issue_k(next, chunk_index + 1, 0);
+      cp_async_commit();
+    }
+    chunk = next;
   }
 
-  for (int e = threadIdx.x; e < dk * kChunkCols; e += kChunkThreads) {
-    const int x = e / kChunkCols, c = e % kChunkCols;
-    if (c < cols) S[static_cast<int64_t>(x) * dv + col0 + c] = sS[e];
-  }
+#pragma unroll
+  for (int xi = 0; xi < kStateTiles; ++xi)
+#pragma unroll
+    for (int n = 0; n < kNtw; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = 16 * (wm + 8 * xi) + g + 8 * (e / 2), c = 8 * (n_first + n) + 2 * t + e % 2;
+        if (owns_tile(xi) && x < dk && c < cols) S[static_cast<int64_t>(x) * dv + col0 + c] = s_reg[xi][n][e];
+      }
+}
+
+template <int kCols, KernelFault kFault>
+void launch_state(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cudaStream_t stream) {
+  const size_t bytes = static_cast<size_t>(StateLayout<kCols>(p.key_dim).total) * sizeof(float);
+  // Over 48 KB of dynamic shared memory must be allowed explicitly; a failure shows in the launch's own error.
+  cudaFuncSetAttribute(gdn_chunk_state_kernel<kCols, kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(bytes));
+  const bool vec4 = reinterpret_cast<uintptr_t>(p.qkv) % 16 == 0 && p.qkv_stride % 4 == 0 && p.key_dim % 4 == 0 &&
+                    p.value_dim % 4 == 0;
+  const dim3 grid(static_cast<unsigned>((p.value_dim + kCols - 1) / kCols), static_cast<unsigned>(p.value_heads),
+                  static_cast<unsigned>(plan.run_count));
+  gdn_chunk_state_kernel<kCols, kFault><<<grid, kStateThreads, bytes, stream>>>(p, plan, vec4);
 }
 
 template <KernelFault kFault>
-void launch_chunked_fault(const GatedDeltaRuleParams& p, cudaStream_t stream) {
-  const size_t bytes = static_cast<size_t>(ChunkLayout(p.key_dim).total) * sizeof(float);
-  // Over 48 KB of dynamic shared memory must be allowed explicitly; a failure shows in the launch's own error.
-  cudaFuncSetAttribute(gdn_chunked_kernel<kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       static_cast<int>(bytes));
-  const dim3 grid(static_cast<unsigned>((p.value_dim + kChunkCols - 1) / kChunkCols),
-                  static_cast<unsigned>(p.value_heads), static_cast<unsigned>(p.sequence_count));
-  gdn_chunked_kernel<kFault><<<grid, kChunkThreads, bytes, stream>>>(p);
+void launch_state_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cudaStream_t stream) {
+  int device = 0, optin = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  // 32-column slices where they fit (dk <= 128 on sm_90), else 8-column slices; the slice width never changes a
+  // result (each output element's k-steps are the same).
+  if (static_cast<size_t>(StateLayout<32>(p.key_dim).total) * sizeof(float) <= static_cast<size_t>(optin))
+    return launch_state<32, kFault>(p, plan, stream);
+  return launch_state<8, kFault>(p, plan, stream);
 }
 
 }  // namespace
 
-void launch_gdn_chunked(const GatedDeltaRuleParams& p, KernelFault fault, cudaStream_t stream) {
-  switch (fault) {
-    case KernelFault::kGdnGateSign:
-      return launch_chunked_fault<KernelFault::kGdnGateSign>(p, stream);
-    case KernelFault::kGdnChunkBoundaryOffByOne:
-      return launch_chunked_fault<KernelFault::kGdnChunkBoundaryOffByOne>(p, stream);
-    case KernelFault::kGdnMissingBarrier:
-      return launch_chunked_fault<KernelFault::kGdnMissingBarrier>(p, stream);
-    default:
-      return launch_chunked_fault<KernelFault::kNone>(p, stream);
-  }
+void launch_gdn_chunked(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, KernelFault fault,
+                        cudaStream_t stream) {
+  if (plan.chunk_count == 0) return;
+  // The gate faults live in pass 1, the barrier fault in pass 2.
+  launch_gdn_chunk_prepare(p, plan, fault, stream);
+  if (fault == KernelFault::kGdnMissingBarrier)
+    return launch_state_fault<KernelFault::kGdnMissingBarrier>(p, plan, stream);
+  return launch_state_fault<KernelFault::kNone>(p, plan, stream);
 }
 
 }  // namespace plumb::cuda

@@ -477,9 +477,10 @@ __global__ void __launch_bounds__(kF32Features) linear_f32_kernel(const LinearPa
     const int row = rt.begin + r;
     xr[r] = row < rt.end ? x + static_cast<int64_t>(p.x_index ? p.x_index[row] : row) * p.k : nullptr;
   }
-  // The planted control leaves the last 32-wide chunk out, as the BF16 kernel does.
-  const int k_end =
-      kFault == KernelFault::kLinearDropsLastKTile ? max(0, (p.k + kChunkK - 1) / kChunkK - 1) * kChunkK : p.k;
+  // The planted controls leave the last 32-wide chunk out, as the BF16 kernel does, or the last k % 8 terms.
+  const int k_end = kFault == KernelFault::kLinearDropsLastKTile
+                        ? max(0, (p.k + kChunkK - 1) / kChunkK - 1) * kChunkK
+                        : (kFault == KernelFault::kLinearF32DropsKRemainder ? p.k / 8 * 8 : p.k);
   float part[kF32Rows][8] = {};
   for (int k0 = 0; k0 < k_end; k0 += 8) {
 #pragma unroll
@@ -506,16 +507,30 @@ __global__ void __launch_bounds__(kF32Features) linear_f32_kernel(const LinearPa
 
 constexpr int kConvertThreads = 256;
 
+// The BF16 bits of a pair (`lo` in the low half) and of one value: rounded to nearest even, or truncated in the
+// planted control.
+template <KernelFault kFault>
+__device__ __forceinline__ uint32_t convert_pair(float lo, float hi) {
+  if constexpr (kFault == KernelFault::kLinearToBf16Truncates)
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+  return pack_bf16(lo, hi);
+}
+template <KernelFault kFault>
+__device__ __forceinline__ uint16_t convert_one(float v) {
+  if constexpr (kFault == KernelFault::kLinearToBf16Truncates) return static_cast<uint16_t>(__float_as_uint(v) >> 16);
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
 // Four elements per thread; kVec: one 16-byte load and one 8-byte store.
-template <bool kVec>
+template <bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kConvertThreads) to_bf16_kernel(const float* x, uint16_t* y, int64_t count) {
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x) * 4;
   if constexpr (kVec) {
     if (i >= count) return;
     const float4 v = *reinterpret_cast<const float4*>(x + i);
-    *reinterpret_cast<uint2*>(y + i) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    *reinterpret_cast<uint2*>(y + i) = make_uint2(convert_pair<kFault>(v.x, v.y), convert_pair<kFault>(v.z, v.w));
   } else {
-    for (int64_t j = i; j < i + 4 && j < count; ++j) y[j] = __bfloat16_as_ushort(__float2bfloat16_rn(x[j]));
+    for (int64_t j = i; j < i + 4 && j < count; ++j) y[j] = convert_one<kFault>(x[j]);
   }
 }
 
@@ -623,9 +638,21 @@ void launch_linear_variant(LinearParams p, cudaStream_t stream) {
       const int64_t blocks = static_cast<int64_t>((p.n + kF32Features - 1) / kF32Features) * p.max_tiles;
       linear_f32_kernel<kFault><<<static_cast<unsigned>(blocks), kF32Features, 0, stream>>>(p);
     } else {
-      launch_bf16_aligned<S, kFault>(p, stream);
+      // A fault of the F32 kernel alone leaves the BF16 kernels at their production instantiation.
+      constexpr KernelFault kBf16Fault = kFault == KernelFault::kLinearF32DropsKRemainder ? KernelFault::kNone : kFault;
+      launch_bf16_aligned<S, kBf16Fault>(p, stream);
     }
   });
+}
+
+template <KernelFault kFault>
+void launch_to_bf16_as(const float* x, uint16_t* y, int64_t count, cudaStream_t stream) {
+  const int64_t blocks = (count + 4 * kConvertThreads - 1) / (4 * kConvertThreads);
+  if (count % 4 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
+    to_bf16_kernel<true, kFault><<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(x, y, count);
+  } else {
+    to_bf16_kernel<false, kFault><<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(x, y, count);
+  }
 }
 
 }  // namespace
@@ -653,18 +680,19 @@ bool linear_stages_bf16(LinearShape shape) {
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream) {
   if (fault == KernelFault::kLinearDropsLastKTile) {
     launch_linear_variant<KernelFault::kLinearDropsLastKTile>(params, stream);
+  } else if (fault == KernelFault::kLinearF32DropsKRemainder) {
+    launch_linear_variant<KernelFault::kLinearF32DropsKRemainder>(params, stream);
   } else {
     launch_linear_variant<KernelFault::kNone>(params, stream);
   }
 }
 
-void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, cudaStream_t stream) {
+void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, KernelFault fault, cudaStream_t stream) {
   if (count == 0) return;
-  const int64_t blocks = (count + 4 * kConvertThreads - 1) / (4 * kConvertThreads);
-  if (count % 4 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
-    to_bf16_kernel<true><<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(x, y, count);
+  if (fault == KernelFault::kLinearToBf16Truncates) {
+    launch_to_bf16_as<KernelFault::kLinearToBf16Truncates>(x, y, count, stream);
   } else {
-    to_bf16_kernel<false><<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(x, y, count);
+    launch_to_bf16_as<KernelFault::kNone>(x, y, count, stream);
   }
 }
 

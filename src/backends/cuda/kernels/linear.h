@@ -60,6 +60,6 @@ void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t s
 
 // y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.
 // x [count] F32; y [count] BF16 bits.
-void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, cudaStream_t stream);
+void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, KernelFault fault, cudaStream_t stream);
 
 }  // namespace plumb::cuda

@@ -400,6 +400,7 @@ struct Position {
 // The first token in rank order whose running tally meets `cond`. Expects s.level0 to hold the row's level-0
 // histogram; sweeps the row twice (levels 1 and 2), and a third time when the key it lands on is shared by tokens
 // and the one it needs is not the lowest-id one of them.
+template <KernelFault kFault>
 __device__ Position descend(const Row& row, const Condition& cond, SampleShared& s) {
   const Boundary b0 = find_boundary(s.level0, Tally{0, 0}, cond, s);
   histogram_clear(s.level);
@@ -436,11 +437,14 @@ __device__ Position descend(const Row& row, const Condition& cond, SampleShared&
     else
       lo = mid + 1;
   }
-  const uint32_t id = lo == 1 ? first_id : nth_tied_id(row, key, lo, s);
+  // The planted control takes the tied tokens in descending id order instead.
+  const uint32_t n = kFault == KernelFault::kSampleTiesToHigher && tied >= lo ? tied + 1 - lo : lo;
+  const uint32_t id = n == 1 ? first_id : nth_tied_id(row, key, n, s);
   return Position{id, b2.before + Tally{lo, lo * each}};
 }
 
 // Block r draws row r.
+template <KernelFault kFault>
 __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTokensParams p, float mass_scale) {
   __shared__ SampleShared s;
   const SampleDraw draw = p.draws[blockIdx.x];
@@ -466,17 +470,21 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
     u64 kept = 0;
     if (draw.top_k > 0 && draw.top_k < p.vocab) {
       const Condition top_k{Goal::kCount, static_cast<uint32_t>(draw.top_k), 0.0, 0, 0};
-      kept = descend(row, top_k, s).through.mass;
+      kept = descend<kFault>(row, top_k, s).through.mass;
     } else {
       kept = histogram_total(s.level0, s).mass;
     }
     u64 nucleus = kept;
     if (draw.top_p < 1.0f) {
       const Condition top_p{Goal::kMassAtLeast, 0, static_cast<double>(draw.top_p) * static_cast<double>(kept), 0, 0};
-      nucleus = descend(row, top_p, s).through.mass;
+      const Position last = descend<kFault>(row, top_p, s);
+      nucleus = last.through.mass;
+      // The planted control leaves the nucleus's last token out.
+      if (kFault == KernelFault::kSampleTopPOneShort && last.id < p.vocab)
+        nucleus -= row.mass(row.key(row.logits[last.id]));
     }
     const Condition pick{Goal::kMassAbove, 0, 0.0, nucleus, draw.u24};
-    id = descend(row, pick, s).id;
+    id = descend<kFault>(row, pick, s).id;
   }
   if (threadIdx.x == 0) p.ids[blockIdx.x] = id < p.vocab ? static_cast<int32_t>(id) : 0;
 }
@@ -492,13 +500,18 @@ void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStrea
     moe_route_kernel<KernelFault::kNone><<<grid, kRouteThreads, shared, stream>>>(params);
 }
 
-// The sampler has no planted control: the fault leaves it unchanged.
-void launch_sample_tokens(const SampleTokensParams& params, KernelFault, cudaStream_t stream) {
+void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, cudaStream_t stream) {
   int vocab_bits = 0;
   while ((params.vocab >> vocab_bits) != 0) ++vocab_bits;
   const int shift = 63 - vocab_bits < 53 ? 63 - vocab_bits : 53;  // vocab · 2^shift < 2^63: no sum overflows
   const float mass_scale = static_cast<float>(1ull << shift);
-  sample_tokens_kernel<<<static_cast<unsigned>(params.rows), kSampleThreads, 0, stream>>>(params, mass_scale);
+  const dim3 grid(static_cast<unsigned>(params.rows));
+  if (fault == KernelFault::kSampleTiesToHigher)
+    sample_tokens_kernel<KernelFault::kSampleTiesToHigher><<<grid, kSampleThreads, 0, stream>>>(params, mass_scale);
+  else if (fault == KernelFault::kSampleTopPOneShort)
+    sample_tokens_kernel<KernelFault::kSampleTopPOneShort><<<grid, kSampleThreads, 0, stream>>>(params, mass_scale);
+  else
+    sample_tokens_kernel<KernelFault::kNone><<<grid, kSampleThreads, 0, stream>>>(params, mass_scale);
 }
 
 }  // namespace plumb::cuda
