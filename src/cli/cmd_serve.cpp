@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model_runner.h"
+#include "model/kv_pages.h"
 #include "server/prompt.h"
 #include "server/server.h"
 
@@ -24,9 +26,29 @@ struct ServeArgs {
   int32_t max_batch = 32;
   int64_t max_queue = 256;
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
-  int64_t kv_pages = 0;        // 0: room for every slot to hold a full context
-  int64_t kv_page_tokens = 16;
+  int64_t kv_pages = 0;        // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
+  double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
 };
+
+// KV pages the server admits work for: --kv-pages, else as many as --kv-cache-gib holds, else a full context for
+// every slot. With either flag the model's pool is reserved at start, so serving never grows (and copies) it.
+int64_t serve_kv_pages(const ServeArgs& a, const Qwen3NextModel& model, int64_t context) {
+  PLUMB_CHECK(a.kv_pages >= 0, "--kv-pages must be >= 0, got {}", a.kv_pages);
+  PLUMB_CHECK(std::isfinite(a.kv_cache_gib) && a.kv_cache_gib >= 0.0,
+              "--kv-cache-gib must be a finite number >= 0, got {}", a.kv_cache_gib);
+  KvPagePool& pool = model.kv_pool();
+  int64_t pages = a.kv_pages;
+  if (pages == 0 && a.kv_cache_gib > 0.0 && pool.page_bytes() > 0) {
+    pages = static_cast<int64_t>(a.kv_cache_gib * static_cast<double>(int64_t{1} << 30) /
+                                 static_cast<double>(pool.page_bytes()));
+    PLUMB_CHECK(pages >= 1, "--kv-cache-gib {}: less than one KV page ({} bytes)", a.kv_cache_gib, pool.page_bytes());
+  }
+  if (pages > 0) {
+    pool.reserve(pages);
+    return pages;
+  }
+  return a.max_batch * ((context + kKvPageSize - 1) / kKvPageSize);
+}
 
 void run_serve(const ServeArgs& a) {
   // SIGINT and SIGTERM are blocked in every thread (new threads inherit the mask) and taken by one watcher thread,
@@ -48,9 +70,9 @@ void run_serve(const ServeArgs& a) {
   scheduler.max_waiting = a.max_queue;
   scheduler.prefill_chunk = a.prefill_chunk;
   scheduler.step_tokens = a.max_batch + 4 * a.prefill_chunk;
-  scheduler.kv_page_tokens = a.kv_page_tokens;
-  scheduler.kv_pages =
-      a.kv_pages > 0 ? a.kv_pages : a.max_batch * ((context + a.kv_page_tokens - 1) / a.kv_page_tokens);
+  // The scheduler counts the model's own pages, so what it admits is what the pool holds.
+  scheduler.kv_page_tokens = kKvPageSize;
+  scheduler.kv_pages = serve_kv_pages(a, model, context);
   Engine engine(runner, scheduler);
 
   server::ServerOptions options;
@@ -88,7 +110,10 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--max-batch", args->max_batch, "sequences running at once");
   serve->add_option("--max-queue", args->max_queue, "requests waiting at most; more get 429");
   serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");
-  serve->add_option("--kv-pages", args->kv_pages, "KV-cache pages (0: a full context for every sequence)");
+  serve->add_option("--kv-pages", args->kv_pages,
+                    "KV-cache pages of 64 positions, reserved at start (0: from --kv-cache-gib, else a full context "
+                    "for every sequence, allocated as they grow)");
+  serve->add_option("--kv-cache-gib", args->kv_cache_gib, "GiB of KV-cache pages to reserve at start");
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
   serve->add_option("--served-model-name", args->served_model_name, "model id clients use (default: folder name)");
   serve->callback([args] { run_serve(*args); });

@@ -18,6 +18,11 @@ KvPagePool::KvPagePool(Backend& backend, std::vector<bool> attention_layers, int
   PLUMB_CHECK(kv_heads > 0 && head_dim > 0, "KV page pool: {} KV heads of {}", kv_heads, head_dim);
 }
 
+int64_t KvPagePool::page_bytes() const {
+  const auto layers = static_cast<int64_t>(std::count(attention_layers_.begin(), attention_layers_.end(), true));
+  return 2 * layers * kKvPageSize * kv_heads_ * head_dim_ * static_cast<int64_t>(dtype_size(backend_.kv_dtype()));
+}
+
 std::vector<int32_t> KvPagePool::allocate(int64_t count) {
   PLUMB_CHECK(count >= 0, "KV page pool: cannot allocate {} pages", count);
   // Doubling keeps the copies of growth to a constant amortized cost per page.

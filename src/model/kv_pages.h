@@ -24,6 +24,8 @@ class KvPagePool {
   KvPagePool& operator=(const KvPagePool&) = delete;
 
   int64_t capacity() const { return capacity_; }  // pages
+  // Device bytes one page takes in every attention layer's k and v pools together.
+  int64_t page_bytes() const;
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
   int64_t used_pages() const { return capacity_ - free_pages(); }
 

@@ -70,6 +70,16 @@ TEST_F(KvPagePoolTest, GrowthKeepsEveryPageAndItsContents) {
   for (int32_t page : first) EXPECT_TRUE(holds_mark(page, page)) << "page " << page;
 }
 
+// What a memory budget buys: k and v of the two attention layers, 64 positions of kHeads x kDim F32 each.
+TEST_F(KvPagePoolTest, PageBytesCountEveryAttentionLayersKeysAndValues) {
+  EXPECT_EQ(pool_.page_bytes(), 2 * 2 * kKvPageSize * kHeads * kDim * 4);
+  pool_.reserve(5);
+  EXPECT_EQ(pool_.capacity(), 5);
+  EXPECT_EQ(pool_.free_pages(), 5);
+  EXPECT_EQ(pool_.k(2).nbytes() + pool_.v(2).nbytes() + pool_.k(0).nbytes() + pool_.v(0).nbytes(),
+            5 * pool_.page_bytes());
+}
+
 TEST_F(KvPagePoolTest, ReleasedPagesAreReusedFirst) {
   const std::vector<int32_t> pages = pool_.allocate(4);
   pool_.release(std::vector<int32_t>{pages[1], pages[3]});

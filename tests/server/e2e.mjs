@@ -421,6 +421,21 @@ describe("plumb serve --api-key --max-batch 1 --max-queue 1", { timeout: 120_000
   });
 });
 
+describe("plumb serve --kv-cache-gib", { timeout: 60_000 }, () => {
+  test("reserves its KV pages at start and serves within them", async () => {
+    const server = await startServer(["--kv-cache-gib", "0.01"]);
+    const r = await postJson(server.url + "/v1/chat/completions",
+      { model: "default", messages: user("hi"), ...greedy });
+    assert.equal(r.status, 200);
+    assert.equal(await stopServer(server), 0);
+  });
+
+  test("a negative budget is refused, naming the flag", async () => {
+    await assert.rejects(run(binary, ["serve", "--model", model, "--port", "0", "--kv-cache-gib", "-1"]),
+      (e) => e.code === 1 && /--kv-cache-gib must be a finite number >= 0, got -1/.test(e.stderr));
+  });
+});
+
 describe("shutdown", { timeout: 60_000 }, () => {
   test("SIGTERM with a stream in flight ends the stream and exits 0", async () => {
     const server = await startServer([]);
