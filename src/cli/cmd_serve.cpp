@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "cli/commands.h"
@@ -39,9 +40,13 @@ int64_t serve_kv_pages(const ServeArgs& a, const Qwen3NextModel& model, int64_t 
   KvPagePool& pool = model.kv_pool();
   int64_t pages = a.kv_pages;
   if (pages == 0 && a.kv_cache_gib > 0.0 && pool.page_bytes() > 0) {
-    pages = static_cast<int64_t>(a.kv_cache_gib * static_cast<double>(int64_t{1} << 30) /
-                                 static_cast<double>(pool.page_bytes()));
-    PLUMB_CHECK(pages >= 1, "--kv-cache-gib {}: less than one KV page ({} bytes)", a.kv_cache_gib, pool.page_bytes());
+    const double fit = a.kv_cache_gib * static_cast<double>(int64_t{1} << 30) / static_cast<double>(pool.page_bytes());
+    PLUMB_CHECK(fit >= 1.0, "--kv-cache-gib {}: less than one KV page ({} bytes)", a.kv_cache_gib, pool.page_bytes());
+    // Page ids are 32-bit: a budget past that is refused here rather than cast out of range.
+    PLUMB_CHECK(fit <= static_cast<double>(std::numeric_limits<int32_t>::max()),
+                "--kv-cache-gib {}: {:.0f} KV pages of {} bytes exceed the 2^31 - 1 page ids", a.kv_cache_gib, fit,
+                pool.page_bytes());
+    pages = static_cast<int64_t>(fit);
   }
   if (pages > 0) {
     pool.reserve(pages);

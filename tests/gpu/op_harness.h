@@ -109,12 +109,9 @@ using test::clone;
 Tensor normal(std::mt19937_64& rng, const Shape& shape, float scale = 1.0f);
 // Host F32 tensor of U(lo, hi) values.
 Tensor uniform(std::mt19937_64& rng, const Shape& shape, float lo, float hi);
-// The host F32 tensor stored as `dtype` (F32, BF16, F16; round to nearest even).
-Tensor to_dtype(const Tensor& f32, DType dtype);
-// The F32 values a host tensor of a float dtype represents.
-Tensor to_f32(const Tensor& host);
-// The F32 values rounded to BF16 and back: values every backend stores exactly.
-Tensor bf16_exact(const Tensor& f32);
+using test::bf16_exact;
+using test::to_dtype;
+using test::to_f32;
 // An output for `be` filled with NaN bytes (0xFF), so an element the op leaves unwritten fails its check.
 Tensor poisoned(Backend& be, DType dtype, const Shape& shape);
 // be.upload of a private copy of `host` (safe for ops that write their argument in place).

@@ -17,32 +17,14 @@ class Bf16Operands : public test::SeededTest {
   CpuBackend rounded_{CpuRounding::kBf16Operands};
 };
 
-Tensor as_bf16(const Tensor& f32) {
-  Tensor out = Tensor::zeros(DType::kBF16, f32.shape());
-  for (int64_t i = 0; i < f32.numel(); ++i) out.data_as<uint16_t>()[i] = f32_to_bf16(f32.f32()[i]);
-  return out;
-}
-
-Tensor rounded_copy(const Tensor& f32) {
-  Tensor out = test::clone(f32);
-  cpu::round_to_bf16(out.f32(), out.numel());
-  return out;
-}
-
-bool bf16_exact(const Tensor& f32) {
-  for (int64_t i = 0; i < f32.numel(); ++i)
-    if (cpu::round_to_bf16(f32.f32()[i]) != f32.f32()[i]) return false;
-  return true;
-}
-
 TEST_F(Bf16Operands, LinearRoundsTheActivationOfBf16WeightsOnly) {
   SCOPED_TRACE(trace());
   const int64_t T = 5, K = 37, N = 11;
   const Tensor x = test::random_tensor(rng_, {T, K}), w32 = test::random_tensor(rng_, {N, K});
-  const Tensor w16 = as_bf16(w32);
+  const Tensor w16 = test::to_dtype(w32, DType::kBF16);
   Tensor got = Tensor::zeros(DType::kF32, {T, N}), want = Tensor::zeros(DType::kF32, {T, N});
   rounded_.linear(x, w16, got);
-  exact_.linear(rounded_copy(x), w16, want);
+  exact_.linear(test::bf16_exact(x), w16, want);
   EXPECT_TRUE(test::same_bits(got, want));
   exact_.linear(x, w16, want);
   EXPECT_FALSE(test::same_bits(got, want));  // the rounding is not a no-op on N(0, 1) inputs
@@ -57,7 +39,7 @@ TEST_F(Bf16Operands, ExpertsRoundTheirInputAndTheirActivation) {
   SCOPED_TRACE(trace());
   const int64_t T = 3, H = 19, I = 7, E = 2;
   const Tensor gate_up32 = test::random_tensor(rng_, {E, 2 * I, H}), down32 = test::random_tensor(rng_, {E, H, I});
-  const ExpertWeights experts{as_bf16(gate_up32), as_bf16(down32)};
+  const ExpertWeights experts{test::to_dtype(gate_up32, DType::kBF16), test::to_dtype(down32, DType::kBF16)};
   const Tensor x = test::random_tensor(rng_, {T, H});
   Tensor ids = Tensor::zeros(DType::kI32, {T, 1}), weights = Tensor::zeros(DType::kF32, {T, 1});
   for (int64_t t = 0; t < T; ++t) {
@@ -69,7 +51,7 @@ TEST_F(Bf16Operands, ExpertsRoundTheirInputAndTheirActivation) {
   for (int64_t t = 0; t < T; ++t) {
     const int64_t e = t % E;
     const Tensor gate_up = experts.gate_up.rows(e, e + 1).reshape({2 * I, H});
-    const Tensor xt = rounded_copy(x.rows(t, t + 1));
+    const Tensor xt = test::bf16_exact(x.rows(t, t + 1));
     Tensor gate = Tensor::zeros(DType::kF32, {1, I}), up = Tensor::zeros(DType::kF32, {1, I});
     exact_.linear(xt, gate_up.rows(0, I), gate);
     exact_.linear(xt, gate_up.rows(I, 2 * I), up);
@@ -95,9 +77,10 @@ TEST_F(Bf16Operands, AttentionCachesBf16KeysAndValues) {
   rounded_.attention(q, k, v, {&cache}, BatchRows{SequenceRows{0, T, 0}}, o);
   exact_.attention(q, k, v, {&exact_cache}, BatchRows{SequenceRows{0, T, 0}}, exact_o);
   auto positions = [&](const Tensor& pool_tensor) { return pool_tensor.reshape({kKvPageSize, nkv, d}).rows(0, T); };
-  EXPECT_TRUE(test::same_bits(positions(cache.k), rounded_copy(k)));
-  EXPECT_TRUE(test::same_bits(positions(cache.v), rounded_copy(v)));
-  EXPECT_FALSE(bf16_exact(positions(exact_cache.k)));
+  EXPECT_TRUE(test::same_bits(positions(cache.k), test::bf16_exact(k)));
+  EXPECT_TRUE(test::same_bits(positions(cache.v), test::bf16_exact(v)));
+  const Tensor exact_keys = positions(exact_cache.k);
+  EXPECT_FALSE(test::same_bits(exact_keys, test::bf16_exact(exact_keys)));
   // Outputs are averages of BF16-exact values with weights that sum to 1 within BF16 rounding: each is within a few
   // BF16 units (2^-8 relative, doubled for q and the probabilities) of the exact reference.
   const float err = test::max_abs_diff(o, exact_o);
