@@ -169,6 +169,7 @@ const std::vector<cuda::KernelFault>& all_faults() {
       F::kAttentionCausalOffByOne,
       F::kAttentionMissingBarrier,
       F::kAttentionPageTableIgnored,
+      F::kKvWriteIgnoresPageTable,
   };
   return faults;
 }
@@ -228,6 +229,8 @@ const char* fault_name(cuda::KernelFault fault) {
       return "AttentionMissingBarrier";
     case F::kAttentionPageTableIgnored:
       return "AttentionPageTableIgnored";
+    case F::kKvWriteIgnoresPageTable:
+      return "KvWriteIgnoresPageTable";
   }
   return "Unknown";
 }
@@ -268,33 +271,6 @@ Tensor uniform(std::mt19937_64& rng, const Shape& shape, float lo, float hi) {
   std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
   for (float& v : values) v = dist(rng);
   return Tensor::from_f32(values, shape);
-}
-
-Tensor to_dtype(const Tensor& f32, DType dtype) {
-  Tensor out = Tensor::zeros(dtype, f32.shape());
-  for (int64_t i = 0; i < f32.numel(); ++i) {
-    const float v = f32.f32()[i];
-    if (dtype == DType::kF32)
-      out.f32()[i] = v;
-    else if (dtype == DType::kBF16)
-      out.data_as<uint16_t>()[i] = f32_to_bf16(v);
-    else if (dtype == DType::kF16)
-      out.data_as<uint16_t>()[i] = f32_to_f16(v);
-    else
-      PLUMB_FAIL("harness to_dtype: {} is not a float type", dtype_name(dtype));
-  }
-  return out;
-}
-
-Tensor to_f32(const Tensor& host) {
-  if (host.dtype() == DType::kF32) return clone(host);
-  Tensor out = Tensor::zeros(DType::kF32, host.shape());
-  convert_to_f32(host.dtype(), host.data(), out.f32(), static_cast<size_t>(host.numel()));
-  return out;
-}
-
-Tensor bf16_exact(const Tensor& f32) {
-  return to_f32(to_dtype(f32, DType::kBF16));
 }
 
 Tensor poisoned(Backend& be, DType dtype, const Shape& shape) {

@@ -158,7 +158,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   write.tokens = T;
   write.kv_heads = static_cast<int>(nkv);
   write.head_dim = static_cast<int>(d);
-  cuda::launch_kv_cache_write(write, stream());
+  cuda::launch_kv_cache_write(write, fault_, stream());
   cuda_check_launch("kv_cache_write_kernel");
 
   cuda::AttentionParams params{};

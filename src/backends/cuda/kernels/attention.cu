@@ -118,7 +118,9 @@ __device__ __forceinline__ float quad_sum(float x) {
 // ---------------------------------------------------------------------------------------------------------------------
 // KV-cache scatter
 
-// One CTA per row of k and v; each thread converts 8 consecutive elements at a time.
+// One CTA per row of k and v; each thread converts 8 consecutive elements at a time. Fault kKvWriteIgnoresPageTable
+// writes into pool page position / 64 itself rather than the sequence's page of that index.
+template <KernelFault kFault>
 __global__ void kv_cache_write_kernel(const KvCacheWriteParams p) {
   const int64_t row = blockIdx.x;
   const int32_t sequence = p.row_sequence[row];
@@ -127,7 +129,9 @@ __global__ void kv_cache_write_kernel(const KvCacheWriteParams p) {
   const int64_t width = static_cast<int64_t>(p.kv_heads) * p.head_dim;  // elements per row, a multiple of 8
   const int64_t position = seq.past + (row - seq.begin);
   // The position's pool row: slot position % kAttentionKeyBlock of its page.
-  const int64_t page = p.pages[seq.first_page + position / kAttentionKeyBlock];
+  const int64_t page = kFault == KernelFault::kKvWriteIgnoresPageTable
+                           ? position / kAttentionKeyBlock
+                           : p.pages[seq.first_page + position / kAttentionKeyBlock];
   const int64_t pool_row = page * kAttentionKeyBlock + position % kAttentionKeyBlock;
   const float* const k = p.k + row * width;                 // [nkv, d]
   const float* const v = p.v + row * width;                 // [nkv, d]
@@ -390,8 +394,12 @@ void launch_rotary_embedding(const RotaryParams& params, KernelFault fault, cuda
     rotary_embedding_kernel<KernelFault::kNone><<<grid, threads, 0, stream>>>(params);
 }
 
-void launch_kv_cache_write(const KvCacheWriteParams& params, cudaStream_t stream) {
-  kv_cache_write_kernel<<<static_cast<unsigned>(params.tokens), 64, 0, stream>>>(params);
+void launch_kv_cache_write(const KvCacheWriteParams& params, KernelFault fault, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>(params.tokens);
+  if (fault == KernelFault::kKvWriteIgnoresPageTable)
+    kv_cache_write_kernel<KernelFault::kKvWriteIgnoresPageTable><<<grid, 64, 0, stream>>>(params);
+  else
+    kv_cache_write_kernel<KernelFault::kNone><<<grid, 64, 0, stream>>>(params);
 }
 
 void launch_attention(const AttentionParams& params, KernelFault fault, cudaStream_t stream) {

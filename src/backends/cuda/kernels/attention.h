@@ -76,7 +76,7 @@ struct AttentionParams {
 // Rotate-half rotary embedding; fault kRotaryWrongPairing rotates adjacent pairs instead.
 void launch_rotary_embedding(const RotaryParams& params, KernelFault fault, cudaStream_t stream);
 // The KV-cache scatter that precedes launch_attention.
-void launch_kv_cache_write(const KvCacheWriteParams& params, cudaStream_t stream);
+void launch_kv_cache_write(const KvCacheWriteParams& params, KernelFault fault, cudaStream_t stream);
 // Flash attention over the paged caches (already holding the new keys and values); faults kAttentionCausalOffByOne,
 // kAttentionMissingBarrier and kAttentionPageTableIgnored select the planted variants.
 void launch_attention(const AttentionParams& params, KernelFault fault, cudaStream_t stream);

@@ -40,6 +40,7 @@ enum class KernelFault : int {
   kAttentionCausalOffByOne,    // lets each query see one key past its position
   kAttentionMissingBarrier,    // drops a __syncthreads around the shared K/V tile
   kAttentionPageTableIgnored,  // reads key block j from pool page j instead of the page table's page j
+  kKvWriteIgnoresPageTable,    // the cache write puts position p in pool page p / 64 instead of the table's page
 };
 
 }  // namespace plumb::cuda
