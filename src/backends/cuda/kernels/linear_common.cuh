@@ -1,0 +1,205 @@
+// What the BF16 matrix-product kernels share (linear.cu: the tiled GEMM and the launchers; linear_stream.cu: the
+// decode kernels): the per-element arithmetic, shared-memory staging, the launch shapes and the block-to-tile map.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "backends/cuda/kernels/linear.h"
+
+namespace plumb::cuda::linear_detail {
+
+// ---- The per-element arithmetic, shared by every BF16 shape. ----
+//
+// A k-chunk is 32 consecutive k. For each weight row and product row it works on, lane (g = lane / 4, q = lane % 4)
+// holds the 8 consecutive k at chunk offset 8q (one 16-byte read). The chunk is two m16n8k16 steps: step s puts
+// k 8q + 4s + {0, 1} into fragment slots 2q + {0, 1} and k 8q + 4s + {2, 3} into slots 2q + 8 + {0, 1}, in A
+// (weights) and B (activations) alike, so every k of a chunk meets its partner in one slot of one step.
+constexpr int kChunkK = 32;
+
+// d += a·b over one 16 x 8 x 16 step. a: weight rows g and g + 8; b: product row g; d: features g and g + 8 of product
+// rows 2q and 2q + 1.
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One chunk of one 16-feature by 8-row tile. w_lo, w_hi: the lane's 8 k of weight rows g and g + 8; x: its 8 k of
+// product row g; each as four BF16 pairs, lower k in the low half.
+__device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4& w_lo, const uint4& w_hi, const uint4& x) {
+  mma_16816(d, w_lo.x, w_hi.x, w_lo.y, w_hi.y, x.x, x.y);
+  mma_16816(d, w_lo.z, w_hi.z, w_lo.w, w_hi.w, x.z, x.w);
+}
+
+// Two F32 values as a BF16 pair rounded to nearest even, `lo` in the low half: the bits to_bf16_kernel stores.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+
+// ---- Shared-memory stages. ----
+
+// Byte offset of 16-byte unit `unit` of row `row` in a tile of `units` units per row (a multiple of 8, so rows are
+// whole 128-byte bank windows). The eight lanes of a quarter-warp read rows r and r + 1 (r even) at the same units:
+// BF16 rows four consecutive units, F32 rows every other unit. The XOR moves row r + 1 onto the banks row r leaves
+// free: it swaps 64-byte halves for BF16 and neighbouring units for F32.
+template <typename Elem>
+__device__ __forceinline__ int tile_offset(int row, int unit, int units) {
+  constexpr int kSwizzle = sizeof(Elem) == 2 ? 4 : 1;
+  return (row * units + (unit ^ ((row & 1) * kSwizzle))) * 16;
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // With a source size of 0 nothing is read and the 16 bytes are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+// 16 bytes read once, with the whole 128-byte line fetched into L2: the neighbours in k read the rest of it soon.
+__device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Stages the 16-byte unit of `row` (nullptr: padding) at element kk into dst, zero past k. kVec: one cp.async (row
+// 16-byte aligned, k a multiple of the unit); otherwise element by element, giving the same bytes.
+template <typename Elem, bool kVec>
+__device__ __forceinline__ void stage_unit(char* dst, const Elem* row, const Elem* any_valid, int kk, int k) {
+  constexpr int kPerUnit = 16 / static_cast<int>(sizeof(Elem));
+  if constexpr (kVec) {
+    const bool valid = row != nullptr && kk < k;
+    cp_async_16(dst, valid ? row + kk : any_valid, valid);
+  } else {
+    alignas(16) Elem v[kPerUnit];
+#pragma unroll
+    for (int e = 0; e < kPerUnit; ++e) v[e] = row != nullptr && kk + e < k ? row[kk + e] : Elem(0);
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+  }
+}
+
+// Weight streaming (decode): each warp multiplies 16 features by kNTiles 8-row tiles. Its weights go from global
+// memory into a ring of kRing chunks of registers (8 per chunk), refilled as each chunk is used, so every warp keeps
+// kRing KB of loads in flight and never waits on a barrier for them. Activations arrive a slab of kRing chunks at a
+// time in shared memory, two slabs deep, shared by the block's warps (1 to kStreamMaxWarps, chosen at launch).
+// XElem float: the F32 activations themselves, rounded to BF16 when the fragment is built; uint16_t: BF16 bits made
+// by to_bf16_kernel, so large row tiles move half the bytes.
+template <int kNTiles_, int kRing_, typename XElem_>
+struct StreamShape {
+  static constexpr int kNTiles = kNTiles_, kRing = kRing_;
+  using XElem = XElem_;
+  static constexpr int kRows = 8 * kNTiles;  // product rows per block (the row tile)
+  static constexpr int kSlabK = kChunkK * kRing;
+  static constexpr int kUnitsX = kSlabK * static_cast<int>(sizeof(XElem)) / 16;  // 16-byte units per slab row
+  static constexpr int kSlabBytes = kRows * kUnitsX * 16;
+  static constexpr int kSmemBytes = 2 * kSlabBytes;
+  static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
+};
+constexpr int kStreamMaxWarps = 4;
+// Slabs of 32-64 KB in all: with the register ring (~128-160 registers a thread) three blocks of four warps fit a
+// multiprocessor, 12 warps with 12 x 8-16 KB of weight loads in flight.
+using Stream8 = StreamShape<1, 12, float>;
+using Stream16 = StreamShape<2, 12, float>;
+using Stream32 = StreamShape<4, 8, uint16_t>;
+using Stream64 = StreamShape<8, 8, uint16_t>;
+// The one-warp streaming kernel's stages: 4 chunks of k, the warp's 16 weight rows (4 KB) and its own copy of the
+// activations of up to 8 rows (512 bytes a row), six stages deep, so 20 KB of weights are in flight per warp. A decode
+// product of one row has too few warps to hide the latency of a block barrier or of loads issued one stage ahead.
+struct StreamOwnShape {
+  using XElem = float;
+  static constexpr int kRows = 8, kStageChunks = 4, kDepth = 6;
+  static constexpr int kStageK = kChunkK * kStageChunks;
+  static constexpr int kUnitsX = kStageK * 4 / 16;  // 16-byte units per slab row
+  static constexpr int kWeightBytes = kStageChunks * 2 * 32 * 16;
+  static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
+};
+// Bytes of a launch's ring: rows = the product's rows.
+constexpr int stream_own_ring_bytes(int rows) {
+  return StreamOwnShape::kDepth * (rows * StreamOwnShape::kUnitsX * 16 + StreamOwnShape::kWeightBytes);
+}
+
+// ---- Which block does what. ----
+
+// Block b -> (feature block, row tile). Groups of kRasterGroup feature blocks take every row tile in turn, so a
+// group's weights stay in L2 while the activation tiles stream past them.
+constexpr int kRasterGroup = 8;
+struct BlockTile {
+  int feature_block;
+  int tile;
+};
+__device__ __forceinline__ BlockTile block_tile(int feature_blocks, int max_tiles) {
+  const int b = static_cast<int>(blockIdx.x);
+  const int per_group = kRasterGroup * max_tiles;
+  const int group = b / per_group, first = group * kRasterGroup;
+  const int size = min(kRasterGroup, feature_blocks - first);
+  const int rem = b - group * per_group;
+  return {first + rem % size, rem / size};
+}
+
+struct RowTile {
+  int group;  // expert
+  int begin;  // product rows [begin, end)
+  int end;
+};
+// The block's row tile; false past the end of a grouped product's tile list (its grid covers the worst case).
+__device__ __forceinline__ bool row_tile(const LinearParams& p, int tile, int tile_rows, RowTile* out) {
+  if (p.tiles == nullptr) {
+    *out = {0, tile * tile_rows, min(p.rows, tile * tile_rows + tile_rows)};
+    return true;
+  }
+  if (tile >= *p.num_tiles) return false;
+  *out = {p.tiles[3 * tile], p.tiles[3 * tile + 1], p.tiles[3 * tile + 2]};
+  return true;
+}
+
+// The lane's 8 k of chunk c of staged product row `row`, as BF16 pairs in the fragment order.
+template <class S>
+__device__ __forceinline__ uint4 x_fragment(const char* stage_x, int row, int c, int q) {
+  if constexpr (std::is_same_v<typename S::XElem, float>) {
+    const auto lo = *reinterpret_cast<const float4*>(stage_x + tile_offset<float>(row, 8 * c + 2 * q, S::kUnitsX));
+    const auto hi = *reinterpret_cast<const float4*>(stage_x + tile_offset<float>(row, 8 * c + 2 * q + 1, S::kUnitsX));
+    return make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y), pack_bf16(hi.z, hi.w));
+  } else {
+    return *reinterpret_cast<const uint4*>(stage_x + tile_offset<uint16_t>(row, 4 * c + q, S::kUnitsX));
+  }
+}
+
+// ---- Launch helpers. ----
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Raises a kernel's dynamic shared-memory limit on the current device, once per device. The default limit is 48 KB
+// less the kernel's static shared memory.
+inline void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& devices_done) {
+  if (bytes <= 32 * 1024) return;
+  int device = 0;
+  cudaGetDevice(&device);
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
+  // A failure surfaces at the launch that follows, which the caller checks.
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess) {
+    devices_done.fetch_or(bit, std::memory_order_relaxed);
+  }
+}
+
+// Launches a streaming shape (kStream8 to kStream64) of linear_stream.cu. vec: 16-byte loads (see launch_bf16_aligned).
+void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream);
+
+}  // namespace plumb::cuda::linear_detail

@@ -1,0 +1,322 @@
+// The BF16 matrix-product kernels of decode (linear.h states the contract; linear.cu says how the kernels share one
+// arithmetic): linear_stream_kernel, weights through a ring of registers, and linear_stream_own_kernel, one warp a
+// block with weights and activations through a deep ring of shared memory.
+#include "backends/cuda/kernels/linear_common.cuh"
+
+namespace plumb::cuda::linear_detail {
+namespace {
+
+// ---- The BF16 streaming kernel (decode). ----
+
+// 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
+// neighbours in k read the rest of it within the same ring).
+__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The lane's 8 k from kk of one weight row (nullptr: a feature past n), zero past k. kVec: one 16-byte load (row
+// 16-byte aligned, k a multiple of 8, so the 8 k are all in or all out); otherwise element by element, the same bits.
+template <bool kVec>
+__device__ __forceinline__ uint4 weight_unit(const uint16_t* row, int kk, int k) {
+  if (row == nullptr || kk >= k) return make_uint4(0, 0, 0, 0);
+  if constexpr (kVec) {
+    return load_streamed(row + kk);
+  } else {
+    uint32_t pair[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t lo = kk + 2 * e < k ? row[kk + 2 * e] : 0;
+      const uint32_t hi = kk + 2 * e + 1 < k ? row[kk + 2 * e + 1] : 0;
+      pair[e] = lo | hi << 16;
+    }
+    return make_uint4(pair[0], pair[1], pair[2], pair[3]);
+  }
+}
+
+// One chunk of the lane's weights: its 8 k of weight rows g (lo) and g + 8 (hi), as mma_chunk takes them.
+struct WeightChunk {
+  uint4 lo, hi;
+};
+
+// Stages k [k0, k0 + kSlabK) of the tile's first `rows` product rows into `slab` (rows past them are never read).
+// Every thread of the block takes a share.
+template <class S, bool kVec>
+__device__ __forceinline__ void stage_x_slab(const typename S::XElem* x, const int64_t* x_offset, int rows, int k,
+                                             int k0, char* slab) {
+  constexpr int kPerUnit = 16 / static_cast<int>(sizeof(typename S::XElem));
+  for (int i = static_cast<int>(threadIdx.x); i < rows * S::kUnitsX; i += static_cast<int>(blockDim.x)) {
+    const int r = i / S::kUnitsX, u = i % S::kUnitsX;
+    stage_unit<typename S::XElem, kVec>(slab + tile_offset<typename S::XElem>(r, u, S::kUnitsX), x + x_offset[r], x,
+                                        k0 + u * kPerUnit, k);
+  }
+}
+
+// Block of blockDim.x / 32 warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every
+// product row of its row tile, chunk after chunk in ascending k: exactly the arithmetic of linear_bf16_kernel.
+template <class S, bool kVec, KernelFault kFault>
+__global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(const LinearParams p) {
+  using XElem = typename S::XElem;
+  extern __shared__ __align__(128) char smem[];  // 2 slabs x [kRows x kSlabK] XElem
+  __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations
+
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int block_features = 16 * warps;
+  const BlockTile bt = block_tile((p.n + block_features - 1) / block_features, p.max_tiles);
+  RowTile rt;
+  if (!row_tile(p, bt.tile, S::kRows, &rt)) return;
+  const int rows = rt.end - rt.begin;
+  for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(blockDim.x)) {
+    const int row = rt.begin + r;
+    x_offset[r] = static_cast<int64_t>(p.x_index ? p.x_index[row] : row) * p.k;
+  }
+  __syncthreads();
+
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int warp_feature0 = bt.feature_block * block_features + 16 * warp;
+  // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers.
+  const bool warp_active = warp_feature0 < p.n;
+  const uint16_t* w = static_cast<const uint16_t*>(p.w) + rt.group * p.w_group_stride;  // [n, k]
+  const int feature = warp_feature0 + g;
+  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k : nullptr;          // [k]
+  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k : nullptr;  // [k]
+  const auto* x = static_cast<const XElem*>(p.x);                                                    // [x_rows, k]
+  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
+  const int slabs = (all_chunks + S::kRing - 1) / S::kRing;
+  // The planted control leaves the last chunk out of every reduction.
+  const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
+
+  // Slot i of the ring always holds a chunk c with c % kRing == i: chunk c + kRing is loaded the moment chunk c is
+  // used, so the slot indices stay compile-time constants and the registers stay registers.
+  WeightChunk ring[S::kRing];
+#pragma unroll
+  for (int i = 0; i < S::kRing; ++i) {
+    const int kk = i * kChunkK + 8 * q;
+    ring[i].lo = warp_active ? weight_unit<kVec>(w_lo, kk, p.k) : make_uint4(0, 0, 0, 0);
+    ring[i].hi = warp_active ? weight_unit<kVec>(w_hi, kk, p.k) : make_uint4(0, 0, 0, 0);
+  }
+  // Each slab is one cp.async group, so waiting for all but the newest group waits for the slab about to be used.
+  if (slabs > 0) stage_x_slab<S, kVec>(x, x_offset, rows, p.k, 0, smem);
+  cp_async_commit();
+
+  float acc[S::kNTiles][4] = {};
+  for (int s = 0; s < slabs; ++s) {
+    // Slab s + 1 goes into the buffer slab s - 1 used, which the barrier ending the last round freed.
+    if (s + 1 < slabs) {
+      stage_x_slab<S, kVec>(x, x_offset, rows, p.k, (s + 1) * S::kSlabK, smem + ((s + 1) % 2) * S::kSlabBytes);
+    }
+    cp_async_commit();
+    // Slab s has landed for this thread; the barrier makes it everyone's.
+    cp_async_wait<1>();
+    __syncthreads();
+    const char* slab = smem + (s % 2) * S::kSlabBytes;
+    if (warp_active) {
+#pragma unroll
+      for (int i = 0; i < S::kRing; ++i) {
+        const int c = s * S::kRing + i;
+        if (c < chunks) {
+#pragma unroll
+          for (int nt = 0; nt < S::kNTiles; ++nt) {
+            const int row = nt * 8 + g;
+            const uint4 xv = row < rows ? x_fragment<S>(slab, row, i, q) : make_uint4(0, 0, 0, 0);
+            mma_chunk(acc[nt], ring[i].lo, ring[i].hi, xv);
+          }
+        }
+        const int kk = (c + S::kRing) * kChunkK + 8 * q;
+        ring[i].lo = weight_unit<kVec>(w_lo, kk, p.k);
+        ring[i].hi = weight_unit<kVec>(w_hi, kk, p.k);
+      }
+    }
+    // Everyone is done with slab s before the next round refills its buffer.
+    __syncthreads();
+  }
+
+  if (!warp_active) return;
+  auto store = [&](int row, int f, float v) {
+    if (row < rt.end && f < p.n) p.y[static_cast<int64_t>(row) * p.n + f] = v;
+  };
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt) {
+    const int row = rt.begin + nt * 8 + 2 * q;
+    store(row, feature, acc[nt][0]);
+    store(row + 1, feature, acc[nt][1]);
+    store(row, feature + 8, acc[nt][2]);
+    store(row + 1, feature + 8, acc[nt][3]);
+  }
+}
+
+// One warp (a block of 32 threads) computes 16 features of a plain product of up to 8 rows, chunk after chunk in
+// ascending k: exactly the arithmetic of linear_bf16_kernel. Each stage is one cp.async group; every lane copies the
+// weight bytes it reads itself, and the warp's lanes share only the activations, hence only __syncwarp.
+template <bool kVec, KernelFault kFault>
+__global__ void __launch_bounds__(32) linear_stream_own_kernel(const LinearParams p) {
+  using S = StreamOwnShape;
+  // kDepth stages x [activations: rows x kStageK F32 | weights: chunk c's row-g units of the 32 lanes (512 bytes, lane
+  // order), then its row g + 8 units]
+  extern __shared__ __align__(128) char smem[];
+  __shared__ int64_t x_offset[S::kRows];  // element offset of each product row's activations
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, q = lane % 4;
+  const int rows = p.rows;
+  if (lane < rows) x_offset[lane] = static_cast<int64_t>(p.x_index ? p.x_index[lane] : lane) * p.k;
+  __syncwarp();
+
+  const int feature = static_cast<int>(blockIdx.x) * 16 + g;
+  const auto* w = static_cast<const uint16_t*>(p.w);                                                 // [n, k]
+  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k : nullptr;          // [k]
+  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k : nullptr;  // [k]
+  const auto* x = static_cast<const float*>(p.x);                                                    // [x_rows, k]
+  const int slab_bytes = rows * S::kUnitsX * 16;
+  const int stage_bytes = slab_bytes + S::kWeightBytes;
+  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
+  const int stages = (all_chunks + S::kStageChunks - 1) / S::kStageChunks;
+  // The planted control leaves the last chunk out of every reduction.
+  const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
+
+  auto load_stage = [&](int s) {
+    char* stage = smem + (s % S::kDepth) * stage_bytes;
+    const int k0 = s * S::kStageK;
+    stage_x_slab<S, kVec>(x, x_offset, rows, p.k, k0, stage);
+    char* dst = stage + slab_bytes + lane * 16;
+    if (kVec && w_hi != nullptr && k0 + S::kStageK <= p.k) {
+      // Both rows exist and the stage lies within k: no per-unit checks.
+#pragma unroll
+      for (int c = 0; c < S::kStageChunks; ++c) {
+        cp_async_16_line(dst + (2 * c) * 512, w_lo + k0 + c * kChunkK + 8 * q);
+        cp_async_16_line(dst + (2 * c + 1) * 512, w_hi + k0 + c * kChunkK + 8 * q);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < S::kStageChunks; ++c) {
+        const int kk = k0 + c * kChunkK + 8 * q;
+        stage_unit<uint16_t, kVec>(dst + (2 * c) * 512, w_lo, w, kk, p.k);
+        stage_unit<uint16_t, kVec>(dst + (2 * c + 1) * 512, w_hi, w, kk, p.k);
+      }
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s < S::kDepth - 1; ++s) {
+    if (s < stages) {
+      load_stage(s);
+    } else {
+      cp_async_commit();
+    }
+  }
+
+  float acc[4] = {};
+  for (int s = 0; s < stages; ++s) {
+    // Stage s has landed for this lane; __syncwarp makes its activations the warp's and frees the buffer read last
+    // round.
+    cp_async_wait<S::kDepth - 2>();
+    __syncwarp();
+    if (s + S::kDepth - 1 < stages) {
+      load_stage(s + S::kDepth - 1);
+    } else {
+      cp_async_commit();
+    }
+    const char* stage = smem + (s % S::kDepth) * stage_bytes;
+#pragma unroll
+    for (int c = 0; c < S::kStageChunks; ++c) {
+      if (s * S::kStageChunks + c >= chunks) break;
+      const uint4 lo = *reinterpret_cast<const uint4*>(stage + slab_bytes + lane * 16 + (2 * c) * 512);
+      const uint4 hi = *reinterpret_cast<const uint4*>(stage + slab_bytes + lane * 16 + (2 * c + 1) * 512);
+      const uint4 xv = g < rows ? x_fragment<S>(stage, g, c, q) : make_uint4(0, 0, 0, 0);
+      mma_chunk(acc, lo, hi, xv);
+    }
+  }
+
+  auto store = [&](int row, int f, float v) {
+    if (row < rows && f < p.n) p.y[static_cast<int64_t>(row) * p.n + f] = v;
+  };
+  store(2 * q, feature, acc[0]);
+  store(2 * q + 1, feature, acc[1]);
+  store(2 * q, feature + 8, acc[2]);
+  store(2 * q + 1, feature + 8, acc[3]);
+}
+
+// ---- Launchers. ----
+
+// Warps per streaming block: the most (up to kStreamMaxWarps) that still give every multiprocessor a block, so small
+// products spread over the whole GPU while large ones share each activation slab among more warps.
+int stream_warps(const LinearParams& p) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t warp_tiles = static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles;
+  int warps = kStreamMaxWarps;
+  while (warps > 1 && warp_tiles / warps < sms) warps /= 2;
+  return warps;
+}
+
+// Whether a plain product of up to 8 rows goes to linear_stream_own_kernel: when its one-warp blocks all fit on the
+// GPU at once (each multiprocessor holds as many as its shared memory allows). Larger products keep more warps busy
+// with linear_stream_kernel's register ring, whose blocks need less shared memory.
+bool stream_own_fits(const LinearParams& p) {
+  if (p.tiles != nullptr || p.rows > StreamOwnShape::kRows) return false;
+  int device = 0, sms = 0, smem_per_sm = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  constexpr int kPerBlockExtra = 2048;  // static shared memory and what the runtime reserves per block
+  const int64_t per_sm = smem_per_sm / (stream_own_ring_bytes(p.rows) + kPerBlockExtra);
+  return (p.n + 15) / 16 <= per_sm * sms;
+}
+
+template <class S, bool kVec, KernelFault kFault>
+void launch_stream(const LinearParams& p, cudaStream_t stream) {
+  if constexpr (std::is_same_v<S, Stream8>) {
+    if (stream_own_fits(p)) {
+      static std::atomic<uint64_t> own_smem_allowed{0};
+      const auto kernel = linear_stream_own_kernel<kVec, kFault>;
+      allow_smem(reinterpret_cast<const void*>(kernel), stream_own_ring_bytes(StreamOwnShape::kRows), own_smem_allowed);
+      kernel<<<static_cast<unsigned>((p.n + 15) / 16), 32, stream_own_ring_bytes(p.rows), stream>>>(p);
+      return;
+    }
+  }
+  static std::atomic<uint64_t> smem_allowed{0};
+  const auto kernel = linear_stream_kernel<S, kVec, kFault>;
+  allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
+  const int warps = stream_warps(p);
+  const int64_t blocks = static_cast<int64_t>((p.n + 16 * warps - 1) / (16 * warps)) * p.max_tiles;
+  kernel<<<static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream>>>(p);
+}
+
+template <class S, bool kVec>
+void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t stream) {
+  if (fault == KernelFault::kLinearDropsLastKTile) {
+    launch_stream<S, kVec, KernelFault::kLinearDropsLastKTile>(p, stream);
+  } else {
+    launch_stream<S, kVec, KernelFault::kNone>(p, stream);
+  }
+}
+
+template <class S>
+void launch_stream_shape(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {
+  if (vec) {
+    launch_stream_fault<S, true>(p, fault, stream);
+  } else {
+    launch_stream_fault<S, false>(p, fault, stream);
+  }
+}
+
+}  // namespace
+
+void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {
+  switch (p.shape) {
+    case LinearShape::kStream8:
+      return launch_stream_shape<Stream8>(p, vec, fault, stream);
+    case LinearShape::kStream16:
+      return launch_stream_shape<Stream16>(p, vec, fault, stream);
+    case LinearShape::kStream32:
+      return launch_stream_shape<Stream32>(p, vec, fault, stream);
+    case LinearShape::kStream64:
+      return launch_stream_shape<Stream64>(p, vec, fault, stream);
+    default:
+      return;  // not a streaming shape: the caller never passes one
+  }
+}
+
+}  // namespace plumb::cuda::linear_detail
