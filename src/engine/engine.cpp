@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace plumb {
 
@@ -168,6 +169,21 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
   std::lock_guard lock(mutex_);
   ++steps_;
   const int64_t vocab = runner_.vocab_size();
+  // The draws first, each row on its own host thread (a 248K-token vocabulary takes milliseconds a row); a row's draw
+  // depends on nothing but its own logits, history and step, so the split cannot change a token.
+  std::vector<int32_t> sampled(plan.work.size(), -1);  // [work]
+  if (error.empty()) {
+    parallel_for(static_cast<int64_t>(plan.work.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const ScheduledWork& w = plan.work[i];
+        if (!w.samples || !active_.count(w.id)) continue;
+        const Active& a = *active[i];
+        const auto generated = static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size());
+        sampled[i] = a.sampler.sample(logits.data() + i * static_cast<size_t>(vocab), vocab, a.tokens, generated,
+                                      static_cast<int64_t>(a.request.prompt.size()));
+      }
+    });
+  }
   std::vector<std::pair<SequenceId, EngineEvent>> events;  // sent after complete() has retired what is done
   for (size_t i = 0; i < plan.work.size(); ++i) {
     const ScheduledWork& w = plan.work[i];
@@ -179,8 +195,7 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     }
     if (!w.samples) continue;
     const float* row = logits.data() + i * static_cast<size_t>(vocab);
-    const auto generated = static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size());
-    const int32_t id = a.sampler.sample(row, vocab, a.tokens, generated, static_cast<int64_t>(a.request.prompt.size()));
+    const int32_t id = sampled[i];
     const std::vector<int32_t>& stops = a.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
       events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kStopToken, {}}});

@@ -1,14 +1,44 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <numeric>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
 
 namespace plumb {
+
+std::vector<int32_t> tokens_by_score(const std::vector<float>& scores) {
+  const size_t n = scores.size();
+  // key ascending = score descending: the float's bits made monotone (negatives flipped whole, positives with the
+  // sign bit set), then inverted. Adding +0 first turns -0 into +0.
+  std::vector<uint32_t> key(n), key_next(n);
+  std::vector<int32_t> order(n), order_next(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float s = scores[i] + 0.0f;
+    uint32_t bits;
+    std::memcpy(&bits, &s, sizeof bits);
+    key[i] = ~((bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u);
+    order[i] = static_cast<int32_t>(i);
+  }
+  // Least significant byte first; each pass is stable, so equal keys keep ascending ids.
+  for (int shift = 0; shift < 32; shift += 8) {
+    std::array<size_t, 257> start{};
+    for (size_t i = 0; i < n; ++i) ++start[((key[i] >> shift) & 0xffu) + 1];
+    for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = start[(key[i] >> shift) & 0xffu]++;
+      key_next[at] = key[i];
+      order_next[at] = order[i];
+    }
+    key.swap(key_next);
+    order.swap(order_next);
+  }
+  return order;
+}
 
 Sampler::Sampler(SamplingParams params) : params_(params) {
   PLUMB_CHECK(std::isfinite(params_.temperature) && params_.temperature >= 0.0f,
@@ -51,9 +81,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
     return static_cast<int32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
 
   // Candidates best first (ties to the lower id), then each filter keeps a prefix of them.
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  const std::vector<int32_t> order = tokens_by_score(scores);
   size_t keep = order.size();
   if (params_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(params_.top_k));
 

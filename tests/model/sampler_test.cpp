@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
+#include <numeric>
+#include <random>
 
 #include "core/error.h"
 
@@ -13,6 +17,22 @@ namespace plumb {
 namespace {
 
 const std::vector<float> kLogits = {1.0f, 3.0f, 2.5f, -1.0f, 3.0f, 0.0f};
+
+// The counting-pass order against the comparison sort it replaced, on scores with many ties, both zeros,
+// infinities, subnormals and a wide range, at sizes up to a real vocabulary.
+TEST(Sampler, TokensByScoreIsTheStableSortOrder) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> wide(0.0f, 100.0f);
+  const float ties[] = {-1.0f, 0.5f, 2.0f, 0.0f, -0.0f, INFINITY, -INFINITY, 1e-40f, -1e-40f};
+  for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{248320}}) {
+    std::vector<float> scores(n);
+    for (float& s : scores) s = rng() % 2 == 0 ? ties[rng() % std::size(ties)] : wide(rng);
+    std::vector<int32_t> want(n);
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+    EXPECT_EQ(tokens_by_score(scores), want) << n << " scores";
+  }
+}
 
 TEST(Sampler, GreedyTakesTheLowestIdAmongTheBest) {
   const Sampler greedy(SamplingParams{});

@@ -1,5 +1,6 @@
-// The engine's step loop over a fake runner: batch invariance (a request's tokens are the same alone or among 31
-// others), stop ids, length, logprobs, cancellation freeing the slot at once, a full queue, and shutdown.
+// The engine's step loop over a fake runner: batch invariance (a request's tokens, greedy or sampled, are the same
+// alone or among 31 others), stop ids, length, logprobs, cancellation freeing the slot at once, a full queue, and
+// shutdown.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -53,8 +54,12 @@ EngineRequest request(int32_t first, int64_t prompt_length, int64_t max_tokens) 
   return r;
 }
 
-TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
-  const EngineRequest probe = request(3, 40, 24);
+// The probe's tokens alone and among 31 others whose prompts of every length put prefill chunks and decode rows in
+// the same steps. With sampling every request draws with its own seed, the rows of a step on host threads of their
+// own.
+void expect_same_alone_and_among_31_others(const SamplingParams& sampling) {
+  EngineRequest probe = request(3, 40, 24);
+  probe.sampling = sampling;
   Outcome alone;
   {
     test::FakeRunner runner(kVocab, 512);
@@ -69,9 +74,15 @@ TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
   test::FakeRunner runner(kVocab, 512);
   Engine engine(runner, engine_config());
   std::vector<Submission> others;
-  for (int i = 0; i < 16; ++i) others.push_back(engine.submit(request(i, 5 + 3 * i, 10 + i)));
+  auto other = [&](int i) {
+    EngineRequest r = request(i, 5 + 3 * i, 10 + i);
+    r.sampling = sampling;
+    r.sampling.seed = sampling.seed + 1 + static_cast<uint64_t>(i);
+    return engine.submit(r);
+  };
+  for (int i = 0; i < 16; ++i) others.push_back(other(i));
   const Submission s = engine.submit(probe);
-  for (int i = 16; i < 31; ++i) others.push_back(engine.submit(request(i, 5 + 3 * i, 10 + i)));
+  for (int i = 16; i < 31; ++i) others.push_back(other(i));
   ASSERT_EQ(s.status, SubmitStatus::kQueued);
   const Outcome among = drain(*s.stream);
   EXPECT_EQ(among.tokens, alone.tokens);
@@ -88,6 +99,14 @@ TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
   }
   EXPECT_EQ(engine.stats().state_slots_used, 0);
   EXPECT_EQ(engine.stats().kv_pages_used, 0);
+}
+
+TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
+  expect_same_alone_and_among_31_others(SamplingParams{});
+}
+
+TEST(Engine, SampledTokensAreTheSameAloneAndAmong31Others) {
+  expect_same_alone_and_among_31_others(SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 11});
 }
 
 TEST(Engine, AStopIdEndsTheRequestWithoutBeingStreamed) {
