@@ -11,6 +11,9 @@ namespace plumb::harness {
 namespace {
 
 constexpr int64_t kRowCounts[] = {1, 63, 64, 65, 1000};
+// linear's row counts reach every launch shape: the decode shapes of up to 8 (1, and the 5-row slices the rows-alone
+// check runs), 16 (13), 32 (29) and 64 rows (63, 64), and the tiled prefill shapes (65, 1000).
+constexpr int64_t kLinearRowCounts[] = {1, 13, 29, 63, 64, 65, 1000};
 
 // An [N, K] weight of `dtype` with entries ~ N(0, 1/sqrt(K)), and the F32 values it stores.
 struct Weight {
@@ -26,7 +29,7 @@ void linear_case(Context& c, DType dtype) {
   // K = 77 is a multiple neither of 8 (the F32 kernel's groups, the 16-byte loads) nor of 32 (a k-chunk).
   for (auto [K, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {77, 33}, {2048, 130}}) {
     const Weight w = random_weight(c.rng, {N, K}, dtype);
-    for (int64_t T : kRowCounts) {
+    for (int64_t T : kLinearRowCounts) {
       const Tensor x = normal(c.rng, {T, K});
       std::vector<double> bound(static_cast<size_t>(T * N));
       for (int64_t t = 0; t < T; ++t)
@@ -53,7 +56,7 @@ void linear_case(Context& c, DType dtype) {
 // x[t, perm(n)] rounded to nearest even, bit for bit. linear_bf16's bound (2^-8 of Σ|x·w|) would also pass a
 // truncating conversion: its errors, within 2^-7 of each operand and of random sign after the product, stay far below
 // the bound. A quarter of x are exact ties (low 16 bits 0x8000) of either parity. T >= 17 stages the activations
-// through the conversion kernel (K = 136: four at a time, K = 45: one by one), T = 1 rounds them into the fragments.
+// through the conversion kernel (K = 136: four at a time, K = 45: one by one), T <= 16 rounds them into the fragments.
 void linear_operand_rounding_case(Context& c) {
   for (int64_t K : {int64_t{136}, int64_t{45}}) {
     std::vector<int64_t> perm(static_cast<size_t>(K));
@@ -62,7 +65,7 @@ void linear_operand_rounding_case(Context& c) {
     Tensor select = Tensor::zeros(DType::kF32, {K, K});
     for (int64_t n = 0; n < K; ++n) select.f32()[n * K + perm[n]] = 1.0f;
     const Tensor w = to_dtype(select, DType::kBF16);
-    for (int64_t T : kRowCounts) {
+    for (int64_t T : kLinearRowCounts) {
       Tensor x = normal(c.rng, {T, K});
       for (int64_t i = 0; i < T * K; i += 4) {
         uint32_t bits;

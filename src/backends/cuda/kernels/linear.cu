@@ -4,7 +4,7 @@
 // accumulator, linear_common.cuh), so which one runs, and with how many warps, changes speed only:
 // - linear_bf16_kernel (prefill, here): a block of warps multiplies a feature tile by a row tile, both operands
 //   streamed through a ring of shared-memory stages with cp.async.
-// - linear_stream_kernel and linear_stream_own_kernel (decode, up to 64 rows; linear_stream.cu): each warp owns 16
+// - linear_stream_kernel and linear_stream_ring_kernel (decode, up to 64 rows; linear_stream.cu): each warp owns 16
 //   output features and every row of the tile and streams its weights once, through registers or shared memory.
 #include "backends/cuda/kernels/linear_common.cuh"
 

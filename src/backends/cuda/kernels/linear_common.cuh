@@ -117,21 +117,6 @@ using Stream8 = StreamShape<1, 12, float>;
 using Stream16 = StreamShape<2, 12, float>;
 using Stream32 = StreamShape<4, 8, uint16_t>;
 using Stream64 = StreamShape<8, 8, uint16_t>;
-// The one-warp streaming kernel's stages: 4 chunks of k, the warp's 16 weight rows (4 KB) and its own copy of the
-// activations of up to 8 rows (512 bytes a row), six stages deep, so 20 KB of weights are in flight per warp. A decode
-// product of one row has too few warps to hide the latency of a block barrier or of loads issued one stage ahead.
-struct StreamOwnShape {
-  using XElem = float;
-  static constexpr int kRows = 8, kStageChunks = 4, kDepth = 6;
-  static constexpr int kStageK = kChunkK * kStageChunks;
-  static constexpr int kUnitsX = kStageK * 4 / 16;  // 16-byte units per slab row
-  static constexpr int kWeightBytes = kStageChunks * 2 * 32 * 16;
-  static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
-};
-// Bytes of a launch's ring: rows = the product's rows.
-constexpr int stream_own_ring_bytes(int rows) {
-  return StreamOwnShape::kDepth * (rows * StreamOwnShape::kUnitsX * 16 + StreamOwnShape::kWeightBytes);
-}
 
 // ---- Which block does what. ----
 

@@ -1,6 +1,6 @@
 // The BF16 matrix-product kernels of decode (linear.h states the contract; linear.cu says how the kernels share one
-// arithmetic): linear_stream_kernel, weights through a ring of registers, and linear_stream_own_kernel, one warp a
-// block with weights and activations through a deep ring of shared memory.
+// arithmetic): linear_stream_kernel, weights through a ring of registers, and linear_stream_ring_kernel, for plain
+// products of up to 16 rows, weights and activations through a deep ring of shared memory.
 #include "backends/cuda/kernels/linear_common.cuh"
 
 namespace plumb::cuda::linear_detail {
@@ -149,28 +149,66 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(
   }
 }
 
-// One warp (a block of 32 threads) computes 16 features of a plain product of up to 8 rows, chunk after chunk in
-// ascending k: exactly the arithmetic of linear_bf16_kernel. Each stage is one cp.async group; every lane copies the
-// weight bytes it reads itself, and the warp's lanes share only the activations, hence only __syncwarp.
-template <bool kVec, KernelFault kFault>
-__global__ void __launch_bounds__(32) linear_stream_own_kernel(const LinearParams p) {
-  using S = StreamOwnShape;
-  // kDepth stages x [activations: rows x kStageK F32 | weights: chunk c's row-g units of the 32 lanes (512 bytes, lane
-  // order), then its row g + 8 units]
+// The shared-memory ring kernel's launch shapes, for plain decode products: stages of 4 chunks of k holding each
+// warp's 16 weight rows (4 KB) and the activations (512 bytes a row), kDepth stages deep. Up to 8 rows: one-warp
+// blocks, each with its own copy of the activations and 20 KB of weights in flight (a product of one row has too few
+// warps to hide a block barrier). Up to 16 rows: four warps share the activations and meet at a barrier every stage,
+// 28 KB of weights in flight each.
+template <int kNTiles_, int kWarps_, int kDepth_>
+struct RingShape {
+  using XElem = float;
+  static constexpr int kNTiles = kNTiles_, kWarps = kWarps_, kDepth = kDepth_;
+  static constexpr int kRows = 8 * kNTiles, kStageChunks = 4;
+  static constexpr int kStageK = kChunkK * kStageChunks;
+  static constexpr int kUnitsX = kStageK * 4 / 16;  // 16-byte units per slab row
+  static constexpr int kWeightBytes = kStageChunks * 2 * 32 * 16;
+  static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
+  // Bytes of a launch's ring: rows = the product's rows.
+  static constexpr int ring_bytes(int rows) { return kDepth * (rows * kUnitsX * 16 + kWarps * kWeightBytes); }
+};
+using Ring8 = RingShape<1, 1, 6>;
+using Ring16 = RingShape<2, 4, 8>;
+
+// The block's barrier: __syncwarp for a block of one warp.
+template <class S>
+__device__ __forceinline__ void block_barrier() {
+  if constexpr (S::kWarps == 1) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
+// Block of kWarps warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every row of a
+// plain product of up to kRows rows, chunk after chunk in ascending k: exactly the arithmetic of linear_bf16_kernel.
+// Each stage is one cp.async group; every lane copies the weight bytes it reads itself, so only the activations need
+// a barrier (__syncwarp for one warp).
+template <class S, bool kVec, KernelFault kFault>
+__global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(const LinearParams p) {
+  // kDepth stages x [activations: rows x kStageK F32 | warp 0's weights | warp 1's | ...]. A warp's weights for a
+  // stage: chunk c's row-g units of its 32 lanes (512 bytes, lane order), then its row g + 8 units.
   extern __shared__ __align__(128) char smem[];
   __shared__ int64_t x_offset[S::kRows];  // element offset of each product row's activations
-  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, q = lane % 4;
-  const int rows = p.rows;
-  if (lane < rows) x_offset[lane] = static_cast<int64_t>(p.x_index ? p.x_index[lane] : lane) * p.k;
-  __syncwarp();
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = S::kWarps == 1 ? 0 : static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int rows = p.rows;  // at most kRows <= the block's threads
+  if (static_cast<int>(threadIdx.x) < rows) {
+    x_offset[threadIdx.x] = static_cast<int64_t>(p.x_index ? p.x_index[threadIdx.x] : threadIdx.x) * p.k;
+  }
+  block_barrier<S>();
 
-  const int feature = static_cast<int>(blockIdx.x) * 16 + g;
+  const int warp_feature0 = (static_cast<int>(blockIdx.x) * S::kWarps + warp) * 16;
+  // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers. A
+  // one-warp block always has features (the grid has one block per 16).
+  const bool warp_active = S::kWarps == 1 || warp_feature0 < p.n;
+  const int feature = warp_feature0 + g;
   const auto* w = static_cast<const uint16_t*>(p.w);                                                 // [n, k]
   const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k : nullptr;          // [k]
   const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k : nullptr;  // [k]
   const auto* x = static_cast<const float*>(p.x);                                                    // [x_rows, k]
   const int slab_bytes = rows * S::kUnitsX * 16;
-  const int stage_bytes = slab_bytes + S::kWeightBytes;
+  const int stage_bytes = slab_bytes + S::kWarps * S::kWeightBytes;
+  const int lane_weights = slab_bytes + warp * S::kWeightBytes + lane * 16;  // this lane's units within a stage
   const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
   const int stages = (all_chunks + S::kStageChunks - 1) / S::kStageChunks;
   // The planted control leaves the last chunk out of every reduction.
@@ -180,7 +218,7 @@ __global__ void __launch_bounds__(32) linear_stream_own_kernel(const LinearParam
     char* stage = smem + (s % S::kDepth) * stage_bytes;
     const int k0 = s * S::kStageK;
     stage_x_slab<S, kVec>(x, x_offset, rows, p.k, k0, stage);
-    char* dst = stage + slab_bytes + lane * 16;
+    char* dst = stage + lane_weights;
     if (kVec && w_hi != nullptr && k0 + S::kStageK <= p.k) {
       // Both rows exist and the stage lies within k: no per-unit checks.
 #pragma unroll
@@ -188,7 +226,7 @@ __global__ void __launch_bounds__(32) linear_stream_own_kernel(const LinearParam
         cp_async_16_line(dst + (2 * c) * 512, w_lo + k0 + c * kChunkK + 8 * q);
         cp_async_16_line(dst + (2 * c + 1) * 512, w_hi + k0 + c * kChunkK + 8 * q);
       }
-    } else {
+    } else if (warp_active) {
 #pragma unroll
       for (int c = 0; c < S::kStageChunks; ++c) {
         const int kk = k0 + c * kChunkK + 8 * q;
@@ -206,35 +244,44 @@ __global__ void __launch_bounds__(32) linear_stream_own_kernel(const LinearParam
     }
   }
 
-  float acc[4] = {};
+  float acc[S::kNTiles][4] = {};
   for (int s = 0; s < stages; ++s) {
-    // Stage s has landed for this lane; __syncwarp makes its activations the warp's and frees the buffer read last
+    // Stage s has landed for this thread; the barrier makes its activations everyone's and frees the buffer read last
     // round.
     cp_async_wait<S::kDepth - 2>();
-    __syncwarp();
+    block_barrier<S>();
     if (s + S::kDepth - 1 < stages) {
       load_stage(s + S::kDepth - 1);
     } else {
       cp_async_commit();
     }
+    if (!warp_active) continue;
     const char* stage = smem + (s % S::kDepth) * stage_bytes;
 #pragma unroll
     for (int c = 0; c < S::kStageChunks; ++c) {
       if (s * S::kStageChunks + c >= chunks) break;
-      const uint4 lo = *reinterpret_cast<const uint4*>(stage + slab_bytes + lane * 16 + (2 * c) * 512);
-      const uint4 hi = *reinterpret_cast<const uint4*>(stage + slab_bytes + lane * 16 + (2 * c + 1) * 512);
-      const uint4 xv = g < rows ? x_fragment<S>(stage, g, c, q) : make_uint4(0, 0, 0, 0);
-      mma_chunk(acc, lo, hi, xv);
+      const uint4 lo = *reinterpret_cast<const uint4*>(stage + lane_weights + (2 * c) * 512);
+      const uint4 hi = *reinterpret_cast<const uint4*>(stage + lane_weights + (2 * c + 1) * 512);
+#pragma unroll
+      for (int nt = 0; nt < S::kNTiles; ++nt) {
+        const int row = nt * 8 + g;
+        const uint4 xv = row < rows ? x_fragment<S>(stage, row, c, q) : make_uint4(0, 0, 0, 0);
+        mma_chunk(acc[nt], lo, hi, xv);
+      }
     }
   }
 
+  if (!warp_active) return;
   auto store = [&](int row, int f, float v) {
     if (row < rows && f < p.n) p.y[static_cast<int64_t>(row) * p.n + f] = v;
   };
-  store(2 * q, feature, acc[0]);
-  store(2 * q + 1, feature, acc[1]);
-  store(2 * q, feature + 8, acc[2]);
-  store(2 * q + 1, feature + 8, acc[3]);
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt) {
+    store(nt * 8 + 2 * q, feature, acc[nt][0]);
+    store(nt * 8 + 2 * q + 1, feature, acc[nt][1]);
+    store(nt * 8 + 2 * q, feature + 8, acc[nt][2]);
+    store(nt * 8 + 2 * q + 1, feature + 8, acc[nt][3]);
+  }
 }
 
 // ---- Launchers. ----
@@ -251,28 +298,45 @@ int stream_warps(const LinearParams& p) {
   return warps;
 }
 
-// Whether a plain product of up to 8 rows goes to linear_stream_own_kernel: when its one-warp blocks all fit on the
-// GPU at once (each multiprocessor holds as many as its shared memory allows). Larger products keep more warps busy
-// with linear_stream_kernel's register ring, whose blocks need less shared memory.
-bool stream_own_fits(const LinearParams& p) {
-  if (p.tiles != nullptr || p.rows > StreamOwnShape::kRows) return false;
+// The ring shape a streaming shape hands plain products to (void: none).
+template <class S>
+struct RingFor {
+  using type = void;
+};
+template <>
+struct RingFor<Stream8> {
+  using type = Ring8;
+};
+template <>
+struct RingFor<Stream16> {
+  using type = Ring16;
+};
+
+// Whether a plain product goes to linear_stream_ring_kernel: when all its blocks fit on the GPU at once (each
+// multiprocessor holds as many as its shared memory allows). Larger products keep more warps busy with
+// linear_stream_kernel's register ring, whose blocks need less shared memory.
+template <class R>
+bool ring_fits(const LinearParams& p) {
+  if (p.tiles != nullptr || p.rows > R::kRows) return false;
   int device = 0, sms = 0, smem_per_sm = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   constexpr int kPerBlockExtra = 2048;  // static shared memory and what the runtime reserves per block
-  const int64_t per_sm = smem_per_sm / (stream_own_ring_bytes(p.rows) + kPerBlockExtra);
-  return (p.n + 15) / 16 <= per_sm * sms;
+  const int64_t per_sm = smem_per_sm / (R::ring_bytes(p.rows) + kPerBlockExtra);
+  return (p.n + 16 * R::kWarps - 1) / (16 * R::kWarps) <= per_sm * sms;
 }
 
 template <class S, bool kVec, KernelFault kFault>
 void launch_stream(const LinearParams& p, cudaStream_t stream) {
-  if constexpr (std::is_same_v<S, Stream8>) {
-    if (stream_own_fits(p)) {
-      static std::atomic<uint64_t> own_smem_allowed{0};
-      const auto kernel = linear_stream_own_kernel<kVec, kFault>;
-      allow_smem(reinterpret_cast<const void*>(kernel), stream_own_ring_bytes(StreamOwnShape::kRows), own_smem_allowed);
-      kernel<<<static_cast<unsigned>((p.n + 15) / 16), 32, stream_own_ring_bytes(p.rows), stream>>>(p);
+  using R = typename RingFor<S>::type;
+  if constexpr (!std::is_void_v<R>) {
+    if (ring_fits<R>(p)) {
+      static std::atomic<uint64_t> ring_smem_allowed{0};
+      const auto kernel = linear_stream_ring_kernel<R, kVec, kFault>;
+      allow_smem(reinterpret_cast<const void*>(kernel), R::ring_bytes(R::kRows), ring_smem_allowed);
+      const int blocks = (p.n + 16 * R::kWarps - 1) / (16 * R::kWarps);
+      kernel<<<static_cast<unsigned>(blocks), 32 * R::kWarps, R::ring_bytes(p.rows), stream>>>(p);
       return;
     }
   }
