@@ -100,6 +100,11 @@ TEST(ChatTemplateErrors, NamesTheLine) {
   EXPECT_NE(parse_error("{{ x ").find("unexpected end of template"), std::string::npos);
   EXPECT_NE(parse_error("{# never closed").find("missing end of comment"), std::string::npos);
   EXPECT_NE(parse_error("{% break %}").find("outside a loop"), std::string::npos);
+  // Numbers past 64 bits fail as the template's error (the fuzzer found an index that ended the process).
+  EXPECT_NE(parse_error("\n{{ 99999999999999999999 }}").find("line 2: integer literal 99999999999999999999 is not"),
+            std::string::npos);
+  EXPECT_NE(parse_error("{{ messages.99999999999999999999 }}").find("line 1: index 99999999999999999999 is not"),
+            std::string::npos);
 }
 
 TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
@@ -112,6 +117,9 @@ TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
             std::string::npos);
   EXPECT_NE(render_error("{{ 'a' + 1 }}").find("line 1: can only concatenate str"), std::string::npos);
   EXPECT_NE(render_error("{{ nothing.attr }}").find("undefined"), std::string::npos);
+  EXPECT_NE(render_error("{{ [[1]] | map(attribute='0.99999999999999999999') | list }}")
+                .find("attribute path index 99999999999999999999 is not an integer that fits 64 bits"),
+            std::string::npos);
   EXPECT_NE(render_error("{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}")
                 .find("too much work"),
             std::string::npos);

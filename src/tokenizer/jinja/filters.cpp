@@ -45,7 +45,8 @@ Value attribute_path(const Value& v, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    current = numeric ? get_item(current, Value::integer(std::stoll(part))) : get_item(current, Value::string(part));
+    current = numeric ? get_item(current, Value::integer(decimal_int64(part, "attribute path index")))
+                      : get_item(current, Value::string(part));
     if (dot == std::string::npos || current.is_undefined()) return current;
     start = dot + 1;
   }

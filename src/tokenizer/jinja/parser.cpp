@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/jinja/lexer.h"
+#include "tokenizer/jinja/strings.h"
 
 namespace plumb::tokenizer::jinja {
 namespace {
@@ -399,11 +400,8 @@ class Parser {
       }
       case TokenType::kInteger: {
         ExprPtr e = make(ExprKind::kLiteral, t.line);
-        try {
-          e->value = Value::integer(std::stoll(t.value));
-        } catch (const std::exception&) {
-          PLUMB_FAIL("chat template line {}: integer literal {} is out of range", t.line, t.value);
-        }
+        e->value =
+            Value::integer(decimal_int64(t.value, fmt::format("chat template line {}: integer literal", t.line)));
         return e;
       }
       case TokenType::kFloat: {
@@ -468,7 +466,9 @@ class Parser {
           e->kind = ExprKind::kItem;
           e->items.push_back(std::move(node));
           ExprPtr index = make(ExprKind::kLiteral, line);
-          index->value = Value::integer(std::stoll(next().value));
+          const Token& digits = next();
+          index->value =
+              Value::integer(decimal_int64(digits.value, fmt::format("chat template line {}: index", digits.line)));
           e->items.push_back(std::move(index));
         } else {
           e->name = expect_name();

@@ -4,11 +4,21 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "core/error.h"
 #include "tokenizer/utf8.h"
 
 namespace plumb::tokenizer::jinja {
+
+int64_t decimal_int64(const std::string& digits, std::string_view what) {
+  int64_t value = 0;
+  const char* end = digits.data() + digits.size();
+  const auto [stop, error] = std::from_chars(digits.data(), end, value);
+  PLUMB_CHECK(error == std::errc() && stop == end && !digits.empty(), "{} {} is not an integer that fits 64 bits", what,
+              digits);
+  return value;
+}
 namespace {
 
 bool is_space(char32_t cp) {

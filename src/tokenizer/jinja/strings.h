@@ -23,5 +23,8 @@ int64_t python_count(const std::string& s, const std::string& sub);
 // isdigit, isalpha, isalnum, isspace, isupper, islower, isnumeric, isdecimal, istitle.
 bool python_predicate_known(std::string_view name);
 bool python_predicate(const std::string& s, std::string_view name);
+// The value of a run of decimal digits; `what` names it in the error when it does not fit 64 bits (a template's
+// literal or index is its author's input, so it fails as bad input, not as a crash).
+int64_t decimal_int64(const std::string& digits, std::string_view what);
 
 }  // namespace plumb::tokenizer::jinja
