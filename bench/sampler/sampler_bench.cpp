@@ -20,10 +20,24 @@ int main(int argc, char** argv) {
   std::string json_path;
   int repeat = 21;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-      repeat = std::max(1, std::atoi(argv[++i]));
+    const std::string arg = argv[i];
+    if (arg == "--repeat") {
+      char* end = nullptr;
+      const long value = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || *end != '\0' || value < 1 || value > 100000) {
+        std::fprintf(stderr, "plumb_sampler_bench: --repeat needs a count from 1 to 100000, got '%s'\n",
+                     i + 1 < argc ? argv[i + 1] : "");
+        return 2;
+      }
+      repeat = static_cast<int>(value);
+      ++i;
+    } else if (arg.rfind("--", 0) == 0 || !json_path.empty()) {
+      std::fprintf(
+          stderr, "plumb_sampler_bench: unexpected argument '%s'\nusage: plumb_sampler_bench [out.json] [--repeat N]\n",
+          arg.c_str());
+      return 2;
     } else {
-      json_path = argv[i];
+      json_path = arg;
     }
   }
   constexpr int64_t kVocab = 248320;
@@ -64,6 +78,13 @@ int main(int argc, char** argv) {
     std::printf("%-44s %10.2f\n", s.name, median);
     out.push_back({{"setting", s.name}, {"vocab", kVocab}, {"draws", repeat}, {"median_ms", median}});
   }
-  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  if (!json_path.empty()) {
+    std::ofstream file(json_path);
+    file << out.dump(2) << "\n";
+    if (!file) {
+      std::fprintf(stderr, "plumb_sampler_bench: could not write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
   return 0;
 }
