@@ -249,7 +249,7 @@ struct IsStream<StreamShape<kNTiles, kRing, XElem>> : std::true_type {};
 template <class S, bool kVec, KernelFault kFault>
 void launch_bf16(const LinearParams& p, cudaStream_t stream) {
   if constexpr (IsStream<S>::value) {
-    launch_linear_stream(p, kVec, kFault, stream);
+    launch_linear_stream<S>(p, kVec, kFault, stream);
   } else {
     static std::atomic<uint64_t> smem_allowed{0};
     const auto kernel = linear_bf16_kernel<S, kVec, kFault>;

@@ -184,7 +184,9 @@ inline void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& dev
   }
 }
 
-// Launches a streaming shape (kStream8 to kStream64) of linear_stream.cu. vec: 16-byte loads (see launch_bf16_aligned).
+// Launches streaming shape S (Stream8 to Stream64, instantiated in linear_stream.cu). vec: 16-byte loads (see
+// launch_bf16_aligned).
+template <class S>
 void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream);
 
 }  // namespace plumb::cuda::linear_detail

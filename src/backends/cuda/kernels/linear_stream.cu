@@ -357,30 +357,19 @@ void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t 
   }
 }
 
+}  // namespace
+
 template <class S>
-void launch_stream_shape(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {
+void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {
   if (vec) {
     launch_stream_fault<S, true>(p, fault, stream);
   } else {
     launch_stream_fault<S, false>(p, fault, stream);
   }
 }
-
-}  // namespace
-
-void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {
-  switch (p.shape) {
-    case LinearShape::kStream8:
-      return launch_stream_shape<Stream8>(p, vec, fault, stream);
-    case LinearShape::kStream16:
-      return launch_stream_shape<Stream16>(p, vec, fault, stream);
-    case LinearShape::kStream32:
-      return launch_stream_shape<Stream32>(p, vec, fault, stream);
-    case LinearShape::kStream64:
-      return launch_stream_shape<Stream64>(p, vec, fault, stream);
-    default:
-      return;  // not a streaming shape: the caller never passes one
-  }
-}
+template void launch_linear_stream<Stream8>(const LinearParams&, bool, KernelFault, cudaStream_t);
+template void launch_linear_stream<Stream16>(const LinearParams&, bool, KernelFault, cudaStream_t);
+template void launch_linear_stream<Stream32>(const LinearParams&, bool, KernelFault, cudaStream_t);
+template void launch_linear_stream<Stream64>(const LinearParams&, bool, KernelFault, cudaStream_t);
 
 }  // namespace plumb::cuda::linear_detail
