@@ -6,10 +6,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLUMB_BUILD_TESTS=ON >/dev/null
-cmake --build build/device --target plumb gpu_op_harness linear_bench -j"$(nproc)"
+cmake --build build/device --target plumb gpu_op_harness gpu_model_test linear_bench -j"$(nproc)"
 stage=$(mktemp -d)
 mkdir "$stage/bin"
-for program in plumb gpu_op_harness linear_bench; do strip -o "$stage/bin/$program" "build/device/bin/$program"; done
+for program in plumb gpu_op_harness gpu_model_test linear_bench; do strip -o "$stage/bin/$program" "build/device/bin/$program"; done
 ldd build/device/bin/plumb | awk '/libpcre2|libutf8proc/ { print $3 }' | xargs -r -I{} cp -L {} "$stage/bin/"
 tar -C "$stage" -cJf build/device/bin.tar.xz bin
 rm -rf "$stage"

@@ -3,7 +3,8 @@
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
 #   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [heldout] [demo]  (no argument: all)
 # linear    bench/linear: the BF16 projection kernel's speed per shape, and its bit-identity across row counts
-# harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance
+# harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
+#           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
 # sanitize  compute-sanitizer memcheck and racecheck on the harness and on one generation
 # bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
@@ -37,7 +38,10 @@ fi
 if want harness; then
   echo "== harness"
   "$bin/gpu_op_harness" 2>&1 | tee "$out/harness.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |worst|seed|^\[==' | tail -80
-  record harness "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+  harness_status=${PIPESTATUS[0]}
+  # The model on the GPU: the chunk rule's split invariance over every prompt length 1..200.
+  "$bin/gpu_model_test" 2>&1 | tee "$out/gpu_model_test.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==|differ'
+  record harness "$([ "$harness_status" = 0 ] && [ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
 
 if want e2e; then

@@ -15,7 +15,8 @@ For each model folder:
     report the rest, for the record;
   * greedy: `plumb generate --device cuda` from the reference prompt gives exactly the reference's greedy ids;
   * exactness: `plumb logits --hash` prints the same hashes (logits and every layer's final recurrent, conv and KV
-    state) on two runs, among 3 and 64 sequences (--batch) and with the prefill cut into 64-token calls;
+    state) on two runs, among 3 and 64 sequences (--batch) and with the prefill cut into 64-token calls, and for
+    prompts of 65, 129 and 200 tokens in one call and in calls of 64 and 128 (the chunk rule);
     `plumb generate --hash` likewise on two runs.
 Prints one line per model and a summary; exits non-zero on any failure.
 
@@ -39,6 +40,7 @@ import tempfile
 import numpy as np
 
 RELATIVE_BOUND = 2.0 ** -5
+SPLIT_LENGTHS = (65, 129, 200)
 
 
 def run(cmd):
@@ -103,6 +105,14 @@ def check_model(plumb, model, work):
     for name, extra in variants.items():
         if hashes(plumb, model, longest, extra) != base:
             problems.append(f"hashes differ: {name}")
+    # The chunk rule (docs/kernel-contract.md): prompts of 64·m + 1 tokens, and one past a whole call, give the same
+    # hashes in one call and in calls of 64 or 128 (gpu_model_test checks every length 1..200 in process).
+    for length in SPLIT_LENGTHS:
+        ids = [(i * 7) % 50 + 1 for i in range(length)]  # the prompts; every model's vocabulary holds them
+        whole = hashes(plumb, model, ids, [])
+        for chunk in (64, 128):
+            if hashes(plumb, model, ids, ["--prefill-chunk", str(chunk)]) != whole:
+                problems.append(f"hashes differ: {length} tokens in calls of {chunk}")
     gen = [plumb, "generate", "--model", str(model), "--ids", ",".join(map(str, greedy[0]["prompt"])), "--device",
            "cuda", "--max-tokens", "16", "--ignore-eos", "--temperature", "0.9", "--seed", "7", "--print-ids", "--hash"]
     if run(gen) != run(gen):

@@ -13,6 +13,7 @@
 #include "core/hash.h"
 #include "core/npy.h"
 #include "engine/generate.h"
+#include "model/state_hash.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -20,26 +21,12 @@
 namespace plumb::cli {
 namespace {
 
-void print_hash(const char* what, const Tensor& t) {
-  std::printf("%s %016llx\n", what, static_cast<unsigned long long>(fnv1a64(t.data(), t.nbytes())));
+void print_hash(const char* what, uint64_t hash) {
+  std::printf("%s %016llx\n", what, static_cast<unsigned long long>(hash));
 }
 
-// FNV-1a of every layer's final recurrent, conv and KV state. A KV hash covers the cache's logical content, positions
-// [0, position) in order, whatever pages hold them: runs that page a sequence differently print the same hashes.
 void print_state_hashes(const Qwen3NextModel& model, const SequenceState& state) {
-  Backend& be = model.backend();
-  for (size_t i = 0; i < state.layers.size(); ++i) {
-    const LayerState& l = state.layers[i];
-    const std::string layer = "layer" + std::to_string(i) + ".";
-    if (l.recurrent_state.data()) {
-      print_hash((layer + "recurrent").c_str(), be.download(l.recurrent_state));
-      print_hash((layer + "conv").c_str(), be.download(l.conv_state));
-    } else {
-      const std::span<const int32_t> pages = state.kv_pages.ids();
-      print_hash((layer + "k").c_str(), be.download(gather_positions(be, model.kv_pool().k(i), pages, state.position)));
-      print_hash((layer + "v").c_str(), be.download(gather_positions(be, model.kv_pool().v(i), pages, state.position)));
-    }
-  }
+  for (const auto& [what, hash] : state_hashes(model, state)) print_hash(what.c_str(), hash);
 }
 
 struct LogitsArgs {
@@ -123,7 +110,7 @@ void run_logits(const LogitsArgs& a) {
   }
   if (!a.out.empty()) write_npy_f32(a.out, logits.f32(), logits.shape());
   if (a.hash) {
-    print_hash("logits", logits);
+    print_hash("logits", tensor_hash(model.backend(), logits));
     print_state_hashes(model, state);
   }
 }
@@ -187,8 +174,7 @@ void run_generate(const GenerateArgs& a) {
   std::printf("\n");
   if (a.hash) {
     const std::vector<int32_t>& t = result.tokens;
-    print_hash("tokens", Tensor(DType::kI32, {static_cast<int64_t>(t.size())}, Device::kCpu,
-                                const_cast<int32_t*>(t.data()), nullptr));
+    print_hash("tokens", fnv1a64(t.data(), t.size() * sizeof(int32_t)));
     print_state_hashes(model, result.state);
   }
 }

@@ -40,6 +40,22 @@ SequenceState Qwen3NextModel::new_sequence(int64_t reserve_tokens) const {
   return s;
 }
 
+SequenceState Qwen3NextModel::fork_sequence(const SequenceState& state) const {
+  PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers && state.kv_pages.pool() == kv_pool_,
+              "fork_sequence: state is for another model");
+  SequenceState fork = new_sequence(state.position);
+  fork.position = state.position;
+  const std::vector<int32_t>& from = state.kv_pages.ids();
+  const std::vector<int32_t>& to = fork.kv_pages.ids();
+  for (size_t j = 0; j < from.size() && j < to.size(); ++j) kv_pool_->copy_page(from[j], to[j]);
+  for (size_t i = 0; i < state.layers.size(); ++i) {
+    if (!state.layers[i].recurrent_state.data()) continue;
+    backend_.copy(state.layers[i].conv_state, fork.layers[i].conv_state);
+    backend_.copy(state.layers[i].recurrent_state, fork.layers[i].recurrent_state);
+  }
+  return fork;
+}
+
 Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
                                GdnAlgorithm gdn_algorithm) const {
   return forward({SequenceInput{&state, ids}}, rows, gdn_algorithm);

@@ -60,15 +60,18 @@ class Qwen3NextModel {
 
   // A fresh sequence: zero states and KV pages for reserve_tokens tokens (more are allocated as it grows).
   SequenceState new_sequence(int64_t reserve_tokens = 0) const;
+  // A copy of `state` that goes on independently: its own conv and recurrent states and KV pages, bit-identical to
+  // the original's, so both continue as the original would.
+  SequenceState fork_sequence(const SequenceState& state) const;
   // The pool that holds every sequence's KV pages (its sequences keep it alive; the backend must outlive both).
   // gather_positions(backend(), kv_pool().k(layer), state.kv_pages.ids(), state.position) reads a cache.
   KvPagePool& kv_pool() const { return *kv_pool_; }
 
   // Runs every sequence's new tokens at positions state->position onwards in one pass (one matrix product per
   // weight for the whole batch) and advances each state. Returns logits in the backend's memory: kAll [Σ T, V],
-  // sequence after sequence; kLast [sequences, V], each sequence's last token. Multi-token sequences use
-  // `gdn_algorithm` for the delta rule; single tokens always take the recurrent step. A sequence's logits and state
-  // are bit-identical whatever else shares its batch.
+  // sequence after sequence; kLast [sequences, V], each sequence's last token. The sequences' tokens take
+  // `gdn_algorithm` for the delta rule (the chunk rule of gdn_pieces). A sequence's logits and state are
+  // bit-identical whatever else shares its batch and wherever its calls end at multiples of kGdnChunkSize.
   Tensor forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
   // The batch of one.

@@ -9,6 +9,8 @@
 // experts, I expert intermediate size.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -27,10 +29,46 @@ enum class NormWeight {
 
 // How gated_delta_rule walks the sequence. Both compute the same function; tests hold them to each other.
 enum class GdnAlgorithm {
-  kRecurrent,  // token by token (decode)
-  kChunked,    // chunks of kGdnChunkSize tokens in the WY form (prefill)
+  kRecurrent,  // every token by the recurrent step (a reference for tests)
+  kChunked,    // the chunk rule of gdn_pieces: the WY form for windows of two or more tokens, else the step
 };
 constexpr int64_t kGdnChunkSize = 64;
+
+// A run of a sequence's new tokens that gated_delta_rule computes with one algorithm: rows [offset, offset + count)
+// of the sequence's rows.
+struct GdnPiece {
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool chunked = false;
+};
+struct GdnPieces {
+  std::array<GdnPiece, 3> piece;  // at most: a one-token window, a run of chunked windows, a one-token window
+  int size = 0;
+};
+
+// The chunk rule, which every backend follows, so that a sequence's bits depend on its positions alone and never on
+// the calls that carry them. A sequence's positions fall into windows [64j, 64j + 64) (kGdnChunkSize). Under
+// kChunked, the tokens of one window that a call carries are one chunk of the WY form when there are two or more of
+// them, and go by the recurrent step when there is one; under kRecurrent every token goes by the recurrent step.
+// Adjacent windows of one kind make one piece, computed in order, the state carried from one to the next. A prompt
+// cut into calls at multiples of 64 hands every window to one call with the same tokens whatever the cuts, so its
+// logits and states are bit-identical however it is cut (and whatever shares its calls).
+inline GdnPieces gdn_pieces(int64_t past, int64_t count, GdnAlgorithm algorithm) {
+  GdnPieces out;
+  for (int64_t t = 0; t < count;) {
+    const int64_t window = std::min(kGdnChunkSize - (past + t) % kGdnChunkSize, count - t);
+    const bool chunked = algorithm == GdnAlgorithm::kChunked && window > 1;
+    if (out.size > 0 && out.piece[out.size - 1].chunked == chunked) {
+      out.piece[out.size - 1].count += window;
+    } else {
+      PLUMB_CHECK(out.size < static_cast<int>(out.piece.size()),
+                  "gdn_pieces: past {} count {} makes more than {} pieces", past, count, out.piece.size());
+      out.piece[out.size++] = {t, window, chunked};
+    }
+    t += window;
+  }
+  return out;
+}
 
 // One sequence's share of a batched call. Token-major tensors stack the new tokens of every sequence of the batch,
 // sequence after sequence; this one owns rows [begin, begin + count) and its state already holds `past` tokens. A
@@ -144,8 +182,10 @@ class Backend {
   // beta = sigmoid(b), g = -exp(A_log) · softplus(a + dt_bias); a, b [T, nv]; A_log, dt_bias [nv] F32. q and k are
   // L2-normalized per head (eps 1e-6 inside the root) and q scaled by dk^-1/2; value head h reads key head
   // h / (nv / nk). Per token: S ← exp(g)·S; S ← S + k (beta (v − Sᵀk))ᵀ; o = Sᵀq. states[i] [nv, dk, dv] F32 is
-  // sequence i's S (in: before its first new token, out: after its last); o [T, nv, dv]. Multi-token sequences
-  // take `algorithm`; kChunked starts its chunks at multiples of kGdnChunkSize of the sequence's position.
+  // sequence i's S (in: before its first new token, out: after its last); o [T, nv, dv]. Each sequence's tokens go
+  // in the pieces gdn_pieces(past, count, algorithm) gives (the chunk rule above): a piece's arithmetic depends on
+  // its positions alone, so a prompt's bits do not depend on where its calls end at multiples of kGdnChunkSize.
+  // states must be distinct tensors (two sequences of one call on one state would race).
   virtual void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
                                 const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
                                 const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) = 0;

@@ -1,7 +1,10 @@
 // Argument checks every backend makes the same way, so a bad call gets the same message on any device.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/backend.h"
@@ -25,6 +28,52 @@ inline void expect_batch(const BatchRows& batch, int64_t rows, size_t states, co
     next += s.count;
   }
   PLUMB_CHECK(next == rows, "{}: the batch covers {} rows of {}", op, next, rows);
+}
+
+// Checks that no two sequences of one call share state memory (their tensors' bytes overlap): each state is read and
+// rewritten by its own sequence, and on the GPU two CTAs would race on a shared one.
+inline void expect_distinct_states(const std::vector<Tensor*>& states, const char* op) {
+  std::vector<std::pair<const char*, size_t>> spans;  // (first byte, sequence)
+  for (size_t i = 0; i < states.size(); ++i) {
+    PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
+    if (states[i]->nbytes() > 0) spans.push_back({static_cast<const char*>(states[i]->data()), i});
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t j = 1; j < spans.size(); ++j) {
+    const size_t a = spans[j - 1].second, b = spans[j].second;
+    PLUMB_CHECK(spans[j - 1].first + states[a]->nbytes() <= spans[j].first,
+                "{}: sequences {} and {} of one call share a state", op, std::min(a, b), std::max(a, b));
+  }
+}
+
+// Checks that no page a sequence of one call writes (the pages of its new positions) is among the pages another
+// sequence of the call uses: its new keys and values would be written under the other's reads or writes. (Pages only
+// read may be shared: a prefix cache hands one full page to many sequences.)
+inline void expect_unshared_written_pages(const std::vector<KvCache*>& caches, const BatchRows& batch, const char* op) {
+  struct Use {
+    int32_t page;
+    size_t sequence;
+    bool writes;
+    bool operator<(const Use& o) const { return page != o.page ? page < o.page : sequence < o.sequence; }
+  };
+  std::vector<Use> uses;
+  for (size_t i = 0; i < caches.size() && i < batch.size(); ++i) {
+    const int64_t end = batch[i].past + batch[i].count;
+    const int64_t used = std::min<int64_t>((end + kKvPageSize - 1) / kKvPageSize, std::ssize(caches[i]->pages));
+    for (int64_t j = 0; j < used; ++j) uses.push_back({caches[i]->pages[j], i, (j + 1) * kKvPageSize > batch[i].past});
+  }
+  std::sort(uses.begin(), uses.end());
+  for (size_t first = 0; first < uses.size();) {
+    size_t last = first, writer = uses.size();
+    for (; last < uses.size() && uses[last].page == uses[first].page; ++last)
+      if (uses[last].writes && writer == uses.size()) writer = last;
+    for (size_t j = first; writer != uses.size() && j < last; ++j)
+      PLUMB_CHECK(uses[j].sequence == uses[writer].sequence,
+                  "{}: sequences {} and {} of one call share KV page {}, which sequence {} writes", op,
+                  std::min(uses[j].sequence, uses[writer].sequence), std::max(uses[j].sequence, uses[writer].sequence),
+                  uses[first].page, uses[writer].sequence);
+    first = last;
+  }
 }
 
 }  // namespace plumb

@@ -173,6 +173,7 @@ void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std:
   expect_shape(y, {T, C}, "causal_conv1d_silu", "y");
   expect_batch(batch, T, states.size(), "causal_conv1d_silu");
   for (const Tensor* state : states) expect_shape(*state, {C, K - 1}, "causal_conv1d_silu", "state");
+  expect_distinct_states(states, "causal_conv1d_silu");
   const float *px = x.f32(), *pw = w.f32();
   float* py = y.f32();
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -210,17 +211,24 @@ void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Te
   expect_shape(dt_bias, {nv}, op, "dt_bias");
   expect_batch(batch, T, states.size(), op);
   for (const Tensor* state : states) expect_shape(*state, {nv, dk, dv}, op, "state");
+  expect_distinct_states(states, op);
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
+    const GdnPieces pieces = gdn_pieces(seq.past, seq.count, algorithm);
     parallel_for(nv, 1, [&](int64_t h_begin, int64_t h_end) {
       std::vector<float> out(seq.count * dv);
       for (int64_t h = h_begin; h < h_end; ++h) {
-        const HeadInputs in = gather_head(qkv, nk, dk, nv, dv, a, b, A_log, dt_bias, seq.begin, seq.count, h);
         float* S = states[s]->f32() + h * dk * dv;
-        if (algorithm == GdnAlgorithm::kRecurrent || seq.count == 1)
-          delta_rule_recurrent(in, S, out.data());
-        else
-          delta_rule_chunked(in, seq.past, S, out.data());
+        for (int i = 0; i < pieces.size; ++i) {
+          const GdnPiece& piece = pieces.piece[i];
+          const HeadInputs in =
+              gather_head(qkv, nk, dk, nv, dv, a, b, A_log, dt_bias, seq.begin + piece.offset, piece.count, h);
+          float* piece_out = out.data() + piece.offset * dv;
+          if (piece.chunked)
+            delta_rule_chunked(in, seq.past + piece.offset, S, piece_out);
+          else
+            delta_rule_recurrent(in, S, piece_out);
+        }
         for (int64_t t = 0; t < seq.count; ++t)
           std::memcpy(o.f32() + ((seq.begin + t) * nv + h) * dv, &out[t * dv], dv * sizeof(float));
       }

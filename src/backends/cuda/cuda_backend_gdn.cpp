@@ -42,6 +42,7 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
   // A tile reads the K-1 inputs before its first token, which the previous tile's outputs would have overwritten.
   PLUMB_CHECK(x.data() != y.data() || T == 0, "{}: y must not alias x", op);
   expect_batch(batch, T, states.size(), op);
+  expect_distinct_states(states, op);
 
   std::vector<cuda::ConvTile> tiles;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -95,9 +96,11 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   expect_shape(dt_bias, {nv}, op, "dt_bias");
   expect_batch(batch, T, states.size(), op);
 
-  // Decode tokens (and every sequence under kRecurrent) go token by token; longer sequences under kChunked go in
-  // chunks. A sequence's path depends on its own count alone, never on what shares the batch.
-  std::vector<cuda::GdnSequence> recurrent, chunked;
+  // Each sequence's pieces (the chunk rule of gdn_pieces) in three launches: the recurrent pieces that come before a
+  // sequence's chunked piece, the chunked pieces, then every other recurrent piece (decode tokens among them). A
+  // sequence's pieces run in its own order and each piece's path depends on its positions alone, never on what
+  // shares the batch.
+  std::vector<cuda::GdnSequence> recurrent_first, chunked, recurrent_last;
   bool state_vec4 = dv % 4 == 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
@@ -105,17 +108,25 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
     expect_gpu_f32(state, 3, op, "state");
     expect_shape(state, {nv, dk, dv}, op, "state");
     const SequenceRows& rows = batch[i];
-    if (rows.count == 0) continue;
-    const cuda::GdnSequence sequence{state.f32(), rows.begin, rows.count, rows.past};
-    if (algorithm == GdnAlgorithm::kChunked && rows.count > 1) {
-      chunked.push_back(sequence);
-    } else {
-      recurrent.push_back(sequence);
+    const GdnPieces pieces = gdn_pieces(rows.past, rows.count, algorithm);
+    bool after_chunked = false;
+    for (int j = 0; j < pieces.size; ++j) {
+      const GdnPiece& piece = pieces.piece[j];
+      const cuda::GdnSequence sequence{state.f32(), rows.begin + piece.offset, piece.count, rows.past + piece.offset};
+      if (piece.chunked) {
+        chunked.push_back(sequence);
+        after_chunked = true;
+        continue;
+      }
+      const bool before_chunked = !after_chunked && j + 1 < pieces.size;
+      (before_chunked ? recurrent_first : recurrent_last).push_back(sequence);
       state_vec4 = state_vec4 && reinterpret_cast<uintptr_t>(state.data()) % 16 == 0;
     }
   }
-  PLUMB_CHECK(static_cast<int64_t>(std::max(recurrent.size(), chunked.size())) <= kGridYZMax,
-              "{}: {} sequences in one call", op, batch.size());
+  expect_distinct_states(states, op);
+  PLUMB_CHECK(
+      static_cast<int64_t>(std::max({recurrent_first.size(), chunked.size(), recurrent_last.size()})) <= kGridYZMax,
+      "{}: {} sequences in one call", op, batch.size());
   // Scheduling order only: the longest prefills start first, which shortens the tail; results do not depend on it.
   std::stable_sort(chunked.begin(), chunked.end(),
                    [](const cuda::GdnSequence& x, const cuda::GdnSequence& y) { return x.count > y.count; });
@@ -134,11 +145,13 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   params.qkv_stride = qkv.dim(1);
   params.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));  // as the CPU reference computes it
   params.state_vec4 = state_vec4;
-  if (!recurrent.empty()) {
-    // The recurrent kernel takes its sequences in its launch parameters: a decode step uploads no table.
-    cuda::launch_gdn_recurrent(params, recurrent.data(), static_cast<int>(recurrent.size()), fault_, stream_);
+  // The recurrent kernel takes its sequences in its launch parameters: a decode step uploads no table.
+  const auto launch_recurrent = [&](const std::vector<cuda::GdnSequence>& sequences) {
+    if (sequences.empty()) return;
+    cuda::launch_gdn_recurrent(params, sequences.data(), static_cast<int>(sequences.size()), fault_, stream_);
     cuda_check_launch("gdn_recurrent_kernel");
-  }
+  };
+  launch_recurrent(recurrent_first);
   if (!chunked.empty()) {
     // The chunk list: chunks start at multiples of kGdnChunkSize of each sequence's position. One launch pair takes
     // at most kChunkScratchBytes of records; a sequence cut between two launches carries its state through memory,
@@ -180,6 +193,7 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
     }
     launch();
   }
+  launch_recurrent(recurrent_last);
 }
 
 }  // namespace plumb

@@ -1,0 +1,24 @@
+// The chunk rule's promise, checked end to end: a prompt's logits and every layer's state are bit-identical whether
+// it runs in one forward call, cut into calls at multiples of kGdnChunkSize, or among other sequences in one call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/qwen3_next.h"
+
+namespace plumb::test {
+
+struct SplitCheck {
+  int64_t max_length = 300;     // every prompt length 1..max_length
+  std::vector<int64_t> chunks;  // tokens per call of the split runs (multiples of kGdnChunkSize)
+  int64_t companions = 3;       // other sequences, of other lengths, sharing the prompt's one call
+  uint64_t seed = 12;           // the prompts' and companions' ids
+};
+
+// Runs every length of `check` on `model`'s backend and returns one line per disagreement (empty: all identical),
+// naming the length, the run and the first hash that differs.
+std::vector<std::string> split_mismatches(const Qwen3NextModel& model, const SplitCheck& check);
+
+}  // namespace plumb::test
