@@ -40,14 +40,17 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
   expect_shape(v, {T, nkv, d}, "attention", "v");
   expect_shape(o, q.shape(), "attention", "o");
   expect_batch(batch, T, caches.size(), "attention");
+  for (size_t s = 0; s < batch.size(); ++s) {
+    PLUMB_CHECK(caches[s] != nullptr, "attention: sequence {} has no cache", s);
+    PLUMB_CHECK(caches[s]->k.dtype() == DType::kF32, "attention: sequence {}'s cache is {}, expected F32", s,
+                dtype_name(caches[s]->k.dtype()));
+    check_kv_cache(*caches[s], nkv, d, batch[s].past + batch[s].count, s, "attention");
+  }
+  expect_unshared_written_pages(caches, batch, "attention");
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
-    PLUMB_CHECK(caches[s] != nullptr, "attention: sequence {} has no cache", s);
     const KvCache& cache = *caches[s];
-    PLUMB_CHECK(cache.k.dtype() == DType::kF32, "attention: sequence {}'s cache is {}, expected F32", s,
-                dtype_name(cache.k.dtype()));
-    check_kv_cache(cache, nkv, d, seq.past + seq.count, s, "attention");
     // The pool row [nkv, d] of position p: slot p % kKvPageSize of page pages[p / kKvPageSize].
     auto pool_row = [&](int64_t p) { return cache.pages[p / kKvPageSize] * kKvPageSize + p % kKvPageSize; };
     for (int64_t t = 0; t < seq.count; ++t) {

@@ -44,6 +44,11 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
   expect_shape(experts.down, {E, H, inter}, "moe_experts", "down");
   expect_shape(expert_weights, {T, top_k}, "moe_experts", "expert_weights");
   expect_shape(y, {T, H}, "moe_experts", "y");
+  for (int64_t p = 0; p < T * top_k; ++p) {
+    const int32_t e = expert_ids.data_as<int32_t>()[p];
+    PLUMB_CHECK(e >= 0 && e < E, "moe_experts: token {} slot {} has expert id {}, outside [0, {})", p / top_k,
+                p % top_k, e, E);
+  }
   const bool round_gate_up = rounds_operand_of(experts.gate_up), round_down = rounds_operand_of(experts.down);
   parallel_for(T, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch, gate, up, act, x_rounded;
@@ -58,7 +63,6 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
       std::fill(yt, yt + H, 0.0f);
       for (int64_t j = 0; j < top_k; ++j) {
         const int32_t e = expert_ids.data_as<int32_t>()[t * top_k + j];
-        PLUMB_CHECK(e >= 0 && e < E, "moe_experts: expert id {} of {}", e, E);
         const float w = expert_weights.f32()[t * top_k + j];
         const Tensor gate_up = experts.gate_up.rows(e, e + 1).reshape({2 * inter, H});
         const Tensor wg = gate_up.rows(0, inter), wu = gate_up.rows(inter, 2 * inter);

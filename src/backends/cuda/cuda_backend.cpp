@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "backends/cuda/kernels/experts.h"
 #include "core/error.h"
 
 namespace plumb {
@@ -155,15 +156,35 @@ CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   pool_ = std::make_shared<CudaMemoryPool>(device_);
   staging_ = std::make_unique<PinnedStaging>(stream_);
+  cuda_check(cudaMalloc(&moe_id_report_, sizeof(cuda::MoeIdReport)), "cudaMalloc of the expert-id report");
+  cuda_check(cudaMallocHost(&moe_id_report_host_, sizeof(cuda::MoeIdReport)), "cudaMallocHost of its copy");
+  *moe_id_report_host_ = cuda::MoeIdReport{};
+  cuda_check(cudaMemcpy(moe_id_report_, moe_id_report_host_, sizeof(cuda::MoeIdReport), cudaMemcpyHostToDevice),
+             "clearing the expert-id report");
 }
 
 CudaBackend::~CudaBackend() {
   staging_.reset();  // waits for the stream
+  cudaFree(moe_id_report_);
+  cudaFreeHost(moe_id_report_host_);
   cudaStreamDestroy(stream_);
 }
 
 void CudaBackend::synchronize() {
+  cuda_check(
+      cudaMemcpyAsync(moe_id_report_host_, moe_id_report_, sizeof(cuda::MoeIdReport), cudaMemcpyDeviceToHost, stream_),
+      "reading the expert-id report");
   cuda_check(cudaStreamSynchronize(stream_), "synchronize");
+  const cuda::MoeIdReport report = *moe_id_report_host_;
+  if (report.first_bad == cuda::kMoeIdReportClear) return;
+  // Cleared before the throw, so the next call starts with a clean report.
+  *moe_id_report_host_ = cuda::MoeIdReport{};
+  cuda_check(cudaMemcpy(moe_id_report_, moe_id_report_host_, sizeof(cuda::MoeIdReport), cudaMemcpyHostToDevice),
+             "clearing the expert-id report");
+  const auto pair = static_cast<int64_t>(report.first_bad >> 32);
+  const auto id = static_cast<int32_t>(static_cast<uint32_t>(report.first_bad & 0xffffffffu));
+  PLUMB_FAIL("moe_experts: token {} slot {} has expert id {}, outside [0, {})", pair / report.top_k,
+             pair % report.top_k, id, report.experts);
 }
 
 std::shared_ptr<void> CudaBackend::scratch(size_t bytes) {

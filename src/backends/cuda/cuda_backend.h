@@ -22,6 +22,9 @@ namespace plumb {
 
 class CudaMemoryPool;
 class PinnedStaging;
+namespace cuda {
+struct MoeIdReport;
+}
 
 // Whether a CUDA device is usable here (false without a driver or a GPU); never throws.
 bool cuda_device_available();
@@ -89,6 +92,9 @@ class CudaBackend final : public Backend {
   }
   // Raw device scratch of `bytes` bytes, uninitialized, from the same pool as tensors.
   std::shared_ptr<void> scratch(size_t bytes);
+  // Where kernels report bad input that only the device sees (expert ids out of range); synchronize() reads it and
+  // throws plumb::Error naming the input, so a bad id fails the call that waits for it, never silently.
+  cuda::MoeIdReport* moe_id_report() const { return moe_id_report_; }
 
  private:
   int device_ = 0;
@@ -98,6 +104,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PinnedStaging> staging_;
   cuda::KernelFault fault_ = cuda::KernelFault::kNone;
   bool poison_ = false;
+  cuda::MoeIdReport* moe_id_report_ = nullptr;       // [1] device
+  cuda::MoeIdReport* moe_id_report_host_ = nullptr;  // [1] pinned: the copy synchronize() reads
 };
 
 // Throws plumb::Error naming `what` and CUDA's message when status is not cudaSuccess.

@@ -123,6 +123,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
       tile_last_position.push_back(rows.past + last_row / group);
     }
   }
+  expect_unshared_written_pages(caches, batch, "attention");
   if (tiles.empty()) return;
   PLUMB_CHECK(static_cast<int64_t>(tiles.size()) <= kInt32Max, "attention: {} tiles", tiles.size());
   // Scheduling order only: a tile's results do not depend on when it runs.

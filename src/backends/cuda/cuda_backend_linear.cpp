@@ -127,6 +127,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   auto* ints = static_cast<int32_t*>(grouping.get());
   cuda::MoeGroupParams group;
   group.expert_ids = expert_ids.data_as<const int32_t>();
+  group.report = moe_id_report();
   group.pairs = static_cast<int32_t>(pairs);
   group.top_k = static_cast<int32_t>(top_k);
   group.experts = static_cast<int32_t>(num_experts);

@@ -68,9 +68,14 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
   const int begin = min(p.pairs, warp * per_warp), end = min(p.pairs, begin + per_warp);
   int32_t* warp_counts = counts + warp * experts;  // [experts]
   const unsigned lanes_below = (1u << lane) - 1u;
-  // The planted control clamps into [0, experts - 1), so the last expert's pairs join the group before it.
+  // -1 for a pair past the warp's run or of an id outside [0, experts) (reported once, below). The planted control
+  // clamps valid ids into [0, experts - 1), so the last expert's pairs join the group before it.
   const int last_expert = kFault == KernelFault::kExpertsGroupClampOffByOne ? max(experts - 2, 0) : experts - 1;
-  auto expert_of = [&](int pair) { return pair < end ? min(max(p.expert_ids[pair], 0), last_expert) : -1; };
+  auto expert_of = [&](int pair) {
+    if (pair >= end) return -1;
+    const int id = p.expert_ids[pair];
+    return id >= 0 && id < experts ? min(id, last_expert) : -1;
+  };
 
   for (int base = begin; base < end; base += 32) {
     const int e = expert_of(base + lane);
@@ -114,6 +119,13 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
       const int row = warp_counts[e] + __popc(peers & lanes_below);
       p.row_token[row] = pair / p.top_k;
       p.pair_row[pair] = row;
+    } else if (pair < end) {
+      // Integer atomics only: the lowest bad pair wins whatever the order, so the report is the same every run.
+      p.pair_row[pair] = -1;
+      const auto id = static_cast<uint32_t>(p.expert_ids[pair]);
+      atomicMin(&p.report->first_bad, (static_cast<unsigned long long>(pair) << 32) | id);
+      p.report->experts = experts;  // every reporting thread of the call stores the same values
+      p.report->top_k = p.top_k;
     }
     __syncwarp();
     if (e >= 0 && (peers & lanes_below) == 0) warp_counts[e] += __popc(peers);
@@ -156,6 +168,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) moe_combine_kernel(const 
   const float* weights = p.weights + static_cast<int64_t>(t) * p.top_k;  // [top_k]
   float acc = 0.0f;
   for (int j = 0; j < slots; ++j) {
+    if (rows[j] < 0) continue;  // a pair of a bad id, reported by the grouping
     acc = __fadd_rn(acc, __fmul_rn(weights[j], p.down[static_cast<int64_t>(rows[j]) * p.hidden + h]));
   }
   p.y[static_cast<int64_t>(t) * p.hidden + h] = acc;

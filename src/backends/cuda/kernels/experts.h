@@ -22,15 +22,27 @@ constexpr int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_row
   return by_expert < pairs ? by_expert : pairs;
 }
 
-// Groups pairs p = t·top_k + j by expert, stably (ascending p within an expert): sorted row s holds one pair.
+// Where the grouping reports expert ids outside [0, experts): the lowest such pair p and its id, packed as
+// (p << 32) | uint32(id) by an integer atomicMin, so the report is the same whatever the timing. The host reads it
+// after the stream's work and turns it into an error (CudaBackend::synchronize).
+constexpr unsigned long long kMoeIdReportClear = ~0ull;
+struct MoeIdReport {
+  unsigned long long first_bad = kMoeIdReportClear;  // the packed pair and id; kMoeIdReportClear when none
+  int32_t experts = 0;                               // the reporting call's experts
+  int32_t top_k = 0;                                 // and slots per token
+};
+
+// Groups pairs p = t·top_k + j by expert, stably (ascending p within an expert): sorted row s holds one pair. A pair
+// whose id lies outside [0, experts) joins no group (its pair_row is -1, so the combine skips it) and is reported.
 struct MoeGroupParams {
-  const int32_t* expert_ids = nullptr;  // [pairs] (T, top_k flattened); ids outside [0, experts) are clamped into it
+  const int32_t* expert_ids = nullptr;  // [pairs] (T, top_k flattened)
+  MoeIdReport* report = nullptr;        // [1] device: see MoeIdReport
   int32_t pairs = 0;
   int32_t top_k = 0;
   int32_t experts = 0;
   int32_t tile_rows = 0;         // rows per tile of the products that follow (linear_tile_rows)
   int32_t* row_token = nullptr;  // [pairs] out: the token of sorted row s
-  int32_t* pair_row = nullptr;   // [pairs] out: the sorted row of pair p
+  int32_t* pair_row = nullptr;   // [pairs] out: the sorted row of pair p, -1 for a pair of a bad id
   int32_t* tiles = nullptr;      // [moe_max_tiles, 3] out: {expert, row_begin, row_end} per tile, by expert
   int32_t* num_tiles = nullptr;  // [1] out
 };
@@ -47,7 +59,8 @@ struct MoeSiluMulParams {
 };
 void launch_moe_silu_mul(const MoeSiluMulParams& params, KernelFault fault, cudaStream_t stream);
 
-// y[t, h] = Σ_j weights[t, j] · down[pair_row[t·top_k + j], h], j ascending from 0 (y is overwritten).
+// y[t, h] = Σ_j weights[t, j] · down[pair_row[t·top_k + j], h], j ascending from 0, skipping rows of -1 (y is
+// overwritten).
 struct MoeCombineParams {
   const float* down = nullptr;        // [pairs, hidden] by sorted row
   const int32_t* pair_row = nullptr;  // [tokens, top_k]
