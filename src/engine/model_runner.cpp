@@ -17,16 +17,31 @@ int64_t ModelRunner::max_context() const {
   return model_.config().max_position_embeddings;
 }
 
-// One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
 std::vector<float> ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
+  try {
+    return run(batch);
+  } catch (...) {
+    // A forward that stops part-way has advanced some layers' states (and may have taken KV pages) but not others:
+    // no slot of the batch may be continued from that, so each one is emptied and its pages go back to the pool.
+    for (const RunnerEntry& e : batch)
+      if (e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size()) states_[static_cast<size_t>(e.slot)].reset();
+    throw;
+  }
+}
+
+// One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
+std::vector<float> ModelRunner::run(const std::vector<RunnerEntry>& batch) {
   std::vector<SequenceInput> inputs;
   for (const RunnerEntry& e : batch) {
     PLUMB_CHECK(e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size(), "state slot {} out of range", e.slot);
     std::optional<SequenceState>& state = states_[static_cast<size_t>(e.slot)];
     // A fresh sequence replaces the slot's old state, whose KV pages go back to the pool.
     if (e.start == 0) state = model_.new_sequence();
-    PLUMB_CHECK(state && state->position == e.start, "slot {}: asked to continue at {} but the state is elsewhere",
+    PLUMB_CHECK(state,
+                "slot {} holds no sequence (released, or emptied by a failed forward): it can start at 0, not {}",
                 e.slot, e.start);
+    PLUMB_CHECK(state->position == e.start, "slot {}: asked to continue at {} but the state is at {}", e.slot, e.start,
+                state->position);
     inputs.push_back({&*state, e.tokens});
   }
   if (inputs.empty()) return {};

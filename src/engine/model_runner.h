@@ -19,6 +19,8 @@ class ModelRunner final : public Runner {
   void release(int32_t slot) override;
 
  private:
+  std::vector<float> run(const std::vector<RunnerEntry>& batch);
+
   const Qwen3NextModel& model_;
   std::vector<std::optional<SequenceState>> states_;  // [slots]
 };

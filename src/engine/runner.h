@@ -19,7 +19,9 @@ class Runner {
   virtual ~Runner() = default;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_context() const = 0;  // most tokens (prompt + generated) one sequence may hold
-  // Runs every entry and returns the logits of each entry's last token, [entries, vocab] row-major.
+  // Runs every entry and returns the logits of each entry's last token, [entries, vocab] row-major. On failure it
+  // throws plumb::Error and leaves every slot of the batch empty, so nothing half-advanced can be continued: a later
+  // entry for such a slot must start at 0.
   virtual std::vector<float> forward(const std::vector<RunnerEntry>& batch) = 0;
   // The sequence in `slot` is gone: its state memory may be freed.
   virtual void release(int32_t slot) = 0;

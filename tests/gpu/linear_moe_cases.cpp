@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <string>
 
+#include "backends/cuda/kernels/linear.h"
+#include "core/error.h"
 #include "op_harness.h"
 
 namespace plumb::harness {
@@ -25,29 +29,92 @@ Weight random_weight(std::mt19937_64& rng, const Shape& shape, DType dtype) {
   return {stored, to_f32(stored)};
 }
 
+// linear's bound for every element of x [T, K] times w [N, K].
+std::vector<double> linear_bound(const Tensor& x, const Weight& w, DType dtype) {
+  const int64_t T = x.dim(0), K = x.dim(1), N = w.values.dim(0);
+  std::vector<double> bound(static_cast<size_t>(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double abs_sum = 0;
+      for (int64_t k = 0; k < K; ++k) abs_sum += std::fabs(x.f32()[t * K + k] * w.values.f32()[n * K + k]);
+      bound[t * N + n] = dot_bound(K, abs_sum, dtype);
+    }
+  return bound;
+}
+
+// be.linear of rows [begin, end) of x, into a poisoned output; the host result.
+Tensor run_linear(Backend& be, const Tensor& x, const Weight& w, int64_t begin, int64_t end) {
+  Tensor y = poisoned(be, DType::kF32, {end - begin, w.stored.dim(0)});
+  be.linear(be.upload(x.rows(begin, end)), be.upload(w.stored), y);
+  return fetch_f32(be, y);
+}
+
 void linear_case(Context& c, DType dtype) {
   // K = 77 is a multiple neither of 8 (the F32 kernel's groups, the 16-byte loads) nor of 32 (a k-chunk).
   for (auto [K, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {77, 33}, {2048, 130}}) {
     const Weight w = random_weight(c.rng, {N, K}, dtype);
     for (int64_t T : kLinearRowCounts) {
       const Tensor x = normal(c.rng, {T, K});
-      std::vector<double> bound(static_cast<size_t>(T * N));
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t n = 0; n < N; ++n) {
-          double abs_sum = 0;
-          for (int64_t k = 0; k < K; ++k) abs_sum += std::fabs(x.f32()[t * K + k] * w.values.f32()[n * K + k]);
-          bound[t * N + n] = dot_bound(K, abs_sum, dtype);
-        }
-      auto run = [&](Backend& be, int64_t begin, int64_t end) {
-        Tensor y = poisoned(be, DType::kF32, {end - begin, N});
-        be.linear(be.upload(x.rows(begin, end)), be.upload(w.stored), y);
-        return fetch_f32(be, y);
-      };
+      const std::vector<double> bound = linear_bound(x, w, dtype);
+      auto run = [&](Backend& be, int64_t begin, int64_t end) { return run_linear(be, x, w, begin, end); };
       judge_per_row(c,
                     "linear " + std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " K=" + std::to_string(K) +
                         " N=" + std::to_string(N),
                     T, bound, run);
     }
+  }
+}
+
+// Pins every later linear of `gpu` to one launch variant for its lifetime, and always unpins it again.
+class LinearVariantScope {
+ public:
+  LinearVariantScope(CudaBackend& gpu, const cuda::LinearVariant& variant) : gpu_(gpu) {
+    gpu_.set_linear_variant(variant);
+  }
+  ~LinearVariantScope() { gpu_.set_linear_variant(std::nullopt); }
+  LinearVariantScope(const LinearVariantScope&) = delete;
+  LinearVariantScope& operator=(const LinearVariantScope&) = delete;
+
+ private:
+  CudaBackend& gpu_;
+};
+
+std::string variant_label(const cuda::LinearVariant& v) {
+  std::string label = cuda::linear_shape_name(v.shape);
+  if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) label += " shared-memory ring";
+  if (v.stream_kernel == cuda::LinearStreamKernel::kRegisterRing)
+    label += " register ring x" + std::to_string(v.stream_warps) + " warps";
+  return label;
+}
+
+// No launch heuristic may change a row's bits: at each T, every variant that can take T rows (cuda::linear_variants:
+// each streaming and tiled shape, the register-ring kernel at 1 to 4 warps a block, the shared-memory ring kernel
+// where the rows fit it) must give the bytes of the launch production chooses, which must be within linear's bound.
+// The weights are the model's projections scaled down, each awkward: N = 1030 x K = 264 (8192 x 2048: K a multiple of
+// 8, not of 32), 258 x 1030 (2048 x 4096: K not a multiple of 8, so no 16-byte loads), 130 x 2048, 33 x 77 and
+// 1 x 40; no N a multiple of 16. A forced variant that cannot take the rows must be refused.
+void linear_variants_case(Context& c) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1030, 264}, {258, 1030}, {130, 2048}, {33, 77}, {1, 40}}) {
+    const Weight w = random_weight(c.rng, {N, K}, DType::kBF16);
+    for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}, int64_t{200}}) {
+      const Tensor x = normal(c.rng, {T, K});
+      const std::string what =
+          "linear BF16 variants T=" + std::to_string(T) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+      const Tensor chosen = run_linear(c.gpu, x, w, 0, T);
+      c.verdict.close(what + " as chosen", chosen, run_linear(c.cpu, x, w, 0, T), linear_bound(x, w, DType::kBF16));
+      for (const cuda::LinearVariant& v : cuda::linear_variants(true, T)) {
+        const LinearVariantScope scope(c.gpu, v);
+        c.verdict.same_bits(what + " " + variant_label(v) + " vs as chosen", run_linear(c.gpu, x, w, 0, T), chosen);
+      }
+    }
+  }
+  const Weight w = random_weight(c.rng, {33, 77}, DType::kBF16);
+  const Tensor x = normal(c.rng, {13, 77});
+  const LinearVariantScope scope(c.gpu, {cuda::LinearShape::kStream8, cuda::LinearStreamKernel::kSharedRing, 0});
+  try {
+    run_linear(c.gpu, x, w, 0, 13);
+    c.verdict.fail("linear: the shared-memory ring kernel of stream8 forced onto 13 rows ran instead of being refused");
+  } catch (const Error&) {
   }
 }
 
@@ -196,6 +263,7 @@ void moe_experts_case(Context& c, DType dtype) {
 const CaseRegistrar reg_linear_f32("linear_f32", [](Context& c) { linear_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_bf16("linear_bf16", [](Context& c) { linear_case(c, DType::kBF16); });
 const CaseRegistrar reg_linear_f16("linear_f16", [](Context& c) { linear_case(c, DType::kF16); });
+const CaseRegistrar reg_linear_variants("linear_bf16_variants", linear_variants_case);
 const CaseRegistrar reg_linear_rounding("linear_bf16_operand_rounding", linear_operand_rounding_case);
 const CaseRegistrar reg_route("moe_route", moe_route_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
@@ -208,6 +276,9 @@ const ControlRegistrar ctl_experts(cuda::KernelFault::kExpertsDropLastExpert, "m
 const ControlRegistrar ctl_linear_f32(cuda::KernelFault::kLinearDropsLastKTile, "linear_f32");
 const ControlRegistrar ctl_linear_remainder(cuda::KernelFault::kLinearF32DropsKRemainder, "linear_f32");
 const ControlRegistrar ctl_to_bf16(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_operand_rounding");
+// Truncating the staged activations changes the shapes that stage them (stream32, stream64, tiled) and not those that
+// round in the fragments (stream8, stream16): the variants no longer agree.
+const ControlRegistrar ctl_variants(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_variants");
 const ControlRegistrar ctl_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_experts_f32");
 const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOfUp, "moe_experts_bf16");
 

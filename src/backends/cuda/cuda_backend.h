@@ -13,9 +13,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/kernels/fault.h"
+#include "backends/cuda/kernels/linear.h"
 #include "ops/backend.h"
 
 namespace plumb {
@@ -80,6 +82,9 @@ class CudaBackend final : public Backend {
   // The variant every later launch uses: kNone in production; the harness plants its controls through this.
   void set_fault(cuda::KernelFault fault) { fault_ = fault; }
   cuda::KernelFault fault() const { return fault_; }
+  // For the op harness: every later linear launches `variant` instead of choosing one (nullopt: choose, as in
+  // production). A variant that cannot run a product on this GPU is an error naming it, never replaced.
+  void set_linear_variant(std::optional<cuda::LinearVariant> variant) { linear_variant_ = variant; }
   // When on, empty() fills new memory with NaN bytes (0xFF), so a kernel that leaves an element unwritten fails
   // its check instead of passing on stale data.
   void set_poison(bool poison) { poison_ = poison; }
@@ -103,6 +108,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CudaMemoryPool> pool_;
   std::unique_ptr<PinnedStaging> staging_;
   cuda::KernelFault fault_ = cuda::KernelFault::kNone;
+  std::optional<cuda::LinearVariant> linear_variant_;
   bool poison_ = false;
   cuda::MoeIdReport* moe_id_report_ = nullptr;       // [1] device
   cuda::MoeIdReport* moe_id_report_host_ = nullptr;  // [1] pinned: the copy synchronize() reads

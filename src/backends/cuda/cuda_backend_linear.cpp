@@ -31,6 +31,31 @@ void expect_int32(int64_t value, const char* op, const char* what) {
   PLUMB_CHECK(value <= std::numeric_limits<int32_t>::max(), "{}: {} {} is too large", op, what, value);
 }
 
+const char* stream_kernel_name(cuda::LinearStreamKernel kernel) {
+  switch (kernel) {
+    case cuda::LinearStreamKernel::kRegisterRing:
+      return "register ring";
+    case cuda::LinearStreamKernel::kSharedRing:
+      return "shared-memory ring";
+    case cuda::LinearStreamKernel::kByOccupancy:
+      break;
+  }
+  return "kernel by occupancy";
+}
+
+// Pins a product's launch to `variant` (the op harness's hook), refusing one that cannot run it.
+void force_variant(const cuda::LinearVariant& variant, cuda::LinearParams& params) {
+  params.shape = variant.shape;
+  params.stream_kernel = variant.stream_kernel;
+  params.stream_warps = variant.stream_warps;
+  const char* refusal = cuda::linear_launch_refusal(params);
+  PLUMB_CHECK(refusal == nullptr,
+              "linear: the forced variant {} ({}, {} warps) cannot run {} rows of [{}, {}] {} "
+              "weights here: {}",
+              cuda::linear_shape_name(variant.shape), stream_kernel_name(variant.stream_kernel), variant.stream_warps,
+              params.rows, params.n, params.k, params.w_bf16 ? "BF16" : "F32", refusal);
+}
+
 }  // namespace
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
@@ -61,6 +86,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   params.rows = static_cast<int32_t>(rows);
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
+  if (linear_variant_) force_variant(*linear_variant_, params);
   std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(params.shape) && k > 0) {
     x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));

@@ -340,6 +340,72 @@ LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t to
   return wide_blocks >= 2 * static_cast<int64_t>(sm_count) ? LinearShape::kTiled128 : LinearShape::kTiled64;
 }
 
+const char* linear_launch_refusal(const LinearParams& p) {
+  if ((p.shape == LinearShape::kF32) == p.w_bf16)
+    return p.w_bf16 ? "BF16 weights need a BF16 shape" : "F32 weights need the kF32 shape";
+  return visit_shape(p.shape, [&](auto shape) -> const char* {
+    using S = decltype(shape);
+    if constexpr (IsStream<S>::value) {
+      return linear_stream_refusal<S>(p);
+    } else {
+      if (p.stream_kernel != LinearStreamKernel::kByOccupancy || p.stream_warps != 0)
+        return "only a streaming shape has a streaming kernel or warp count to force";
+      if constexpr (!std::is_same_v<S, F32Shape>) {
+        if (S::kSmemBytes + S::kRows * static_cast<int>(sizeof(int64_t)) > block_smem_limit())
+          return "the tiled shape needs more shared memory than this GPU gives a block";
+      }
+      return nullptr;
+    }
+  });
+}
+
+std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows) {
+  std::vector<LinearVariant> candidates;
+  if (w_bf16) {
+    for (LinearShape shape :
+         {LinearShape::kStream8, LinearShape::kStream16, LinearShape::kStream32, LinearShape::kStream64}) {
+      for (int32_t warps = 1; warps <= kStreamMaxWarps; ++warps)
+        candidates.push_back({shape, LinearStreamKernel::kRegisterRing, warps});
+      candidates.push_back({shape, LinearStreamKernel::kSharedRing, 0});
+    }
+    candidates.push_back({LinearShape::kTiled64});
+    candidates.push_back({LinearShape::kTiled128});
+  } else {
+    candidates.push_back({LinearShape::kF32});
+  }
+  std::vector<LinearVariant> runnable;
+  for (const LinearVariant& v : candidates) {
+    LinearParams p;
+    p.shape = v.shape;
+    p.stream_kernel = v.stream_kernel;
+    p.stream_warps = v.stream_warps;
+    p.w_bf16 = w_bf16;
+    p.rows = static_cast<int32_t>(rows);
+    if (linear_launch_refusal(p) == nullptr) runnable.push_back(v);
+  }
+  return runnable;
+}
+
+const char* linear_shape_name(LinearShape shape) {
+  switch (shape) {
+    case LinearShape::kStream8:
+      return "stream8";
+    case LinearShape::kStream16:
+      return "stream16";
+    case LinearShape::kStream32:
+      return "stream32";
+    case LinearShape::kStream64:
+      return "stream64";
+    case LinearShape::kTiled64:
+      return "tiled64";
+    case LinearShape::kTiled128:
+      return "tiled128";
+    case LinearShape::kF32:
+      break;
+  }
+  return "f32";
+}
+
 int linear_tile_rows(LinearShape shape) {
   return visit_shape(shape, [](auto s) { return decltype(s)::kRows; });
 }

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cuda/kernels/fault.h"
 
@@ -37,8 +38,20 @@ int linear_tile_rows(LinearShape shape);
 // Whether the shape reads its activations as BF16 (made by launch_linear_to_bf16) rather than F32.
 bool linear_stages_bf16(LinearShape shape);
 
+// The kernel a streaming shape runs. kStream8 and kStream16 have two, every other streaming shape one.
+enum class LinearStreamKernel : int {
+  kByOccupancy,   // production: the shared-memory ring when all its blocks fit on the GPU at once, else the registers
+  kRegisterRing,  // linear_stream_kernel: weights through a ring of registers, 1 to 4 warps a block
+  kSharedRing,    // linear_stream_ring_kernel: weights through shared memory; plain products of up to 8 rows
+                  // (kStream8) or 16 (kStream16)
+};
+
 struct LinearParams {
   LinearShape shape = LinearShape::kF32;
+  // Production leaves these as they are; the op harness pins every variant in turn (linear_variants). A streaming
+  // shape's kernel, and its warps per block (0: by the GPU's size; 1 to 4: forced, register ring only).
+  LinearStreamKernel stream_kernel = LinearStreamKernel::kByOccupancy;
+  int32_t stream_warps = 0;
   const void* x = nullptr;           // [x_rows, k] activations: BF16 bits when linear_stages_bf16(shape), else F32
   const int32_t* x_index = nullptr;  // [rows] device, nullable: product row r reads activation row x_index[r], else r
   const void* w = nullptr;           // [groups, n, k] BF16 bits or F32: one matrix per group (expert)
@@ -56,7 +69,22 @@ struct LinearParams {
   int32_t max_tiles = 0;
 };
 
+// Why `params` cannot launch on the current device, or nullptr when it can: its shape does not suit its weights'
+// dtype, or its forced stream_kernel / stream_warps do not suit its shape, its rows or the GPU's shared memory. A
+// forced variant is refused, never replaced; launch_linear takes only params this accepts.
+const char* linear_launch_refusal(const LinearParams& params);
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream);
+
+// One way of running a product: what LinearParams' shape, stream_kernel and stream_warps pin.
+struct LinearVariant {
+  LinearShape shape = LinearShape::kF32;
+  LinearStreamKernel stream_kernel = LinearStreamKernel::kByOccupancy;
+  int32_t stream_warps = 0;
+};
+// Every variant, each kernel and warp count pinned, that can run a plain product of `rows` rows with BF16 (or F32)
+// weights on the current device. They all give the same bits (the arithmetic above); the op harness checks that.
+std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows);
+const char* linear_shape_name(LinearShape shape);
 
 // y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.
 // x [count] F32; y [count] BF16 bits.

@@ -184,9 +184,20 @@ inline void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& dev
   }
 }
 
+// The most shared memory, static and dynamic together, a block may have on the current device.
+inline int block_smem_limit() {
+  int device = 0, bytes = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return bytes;
+}
+
 // Launches streaming shape S (Stream8 to Stream64, instantiated in linear_stream.cu). vec: 16-byte loads (see
 // launch_bf16_aligned).
 template <class S>
 void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream);
+// linear_launch_refusal for streaming shape S.
+template <class S>
+const char* linear_stream_refusal(const LinearParams& p);
 
 }  // namespace plumb::cuda::linear_detail

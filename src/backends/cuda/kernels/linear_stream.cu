@@ -289,6 +289,7 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 // Warps per streaming block: the most (up to kStreamMaxWarps) that still give every multiprocessor a block, so small
 // products spread over the whole GPU while large ones share each activation slab among more warps.
 int stream_warps(const LinearParams& p) {
+  if (p.stream_warps > 0) return p.stream_warps;
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -331,7 +332,8 @@ template <class S, bool kVec, KernelFault kFault>
 void launch_stream(const LinearParams& p, cudaStream_t stream) {
   using R = typename RingFor<S>::type;
   if constexpr (!std::is_void_v<R>) {
-    if (ring_fits<R>(p)) {
+    if (p.stream_kernel == LinearStreamKernel::kSharedRing ||
+        (p.stream_kernel == LinearStreamKernel::kByOccupancy && ring_fits<R>(p))) {
       static std::atomic<uint64_t> ring_smem_allowed{0};
       const auto kernel = linear_stream_ring_kernel<R, kVec, kFault>;
       allow_smem(reinterpret_cast<const void*>(kernel), R::ring_bytes(R::kRows), ring_smem_allowed);
@@ -357,7 +359,48 @@ void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t 
   }
 }
 
+// Static shared memory of a kernel (the same in every instantiation of its template).
+int static_smem(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  cudaFuncGetAttributes(&attributes, kernel);
+  return static_cast<int>(attributes.sharedSizeBytes);
+}
+
 }  // namespace
+
+template <class S>
+const char* linear_stream_refusal(const LinearParams& p) {
+  using R = typename RingFor<S>::type;
+  switch (p.stream_kernel) {
+    case LinearStreamKernel::kByOccupancy:
+      if (p.stream_warps != 0) return "a forced warp count needs the register-ring kernel forced too";
+      break;
+    case LinearStreamKernel::kRegisterRing:
+      if (p.stream_warps < 0 || p.stream_warps > kStreamMaxWarps)
+        return "the register-ring kernel runs 1 to 4 warps a block (0: by the GPU's size)";
+      break;
+    case LinearStreamKernel::kSharedRing:
+      if constexpr (std::is_void_v<R>) {
+        return "the shared-memory ring kernel serves kStream8 and kStream16 only";
+      } else {
+        if (p.stream_warps != 0) return "the shared-memory ring kernel's warps per block are fixed by its shape";
+        if (p.tiles != nullptr) return "the shared-memory ring kernel serves plain products only, not grouped ones";
+        if (p.rows > R::kRows) return "the shared-memory ring kernel of this shape takes fewer rows";
+        const void* kernel = reinterpret_cast<const void*>(linear_stream_ring_kernel<R, true, KernelFault::kNone>);
+        if (R::ring_bytes(p.rows) + static_smem(kernel) > block_smem_limit())
+          return "the shared-memory ring kernel needs more shared memory than this GPU gives a block";
+        return nullptr;
+      }
+  }
+  const void* kernel = reinterpret_cast<const void*>(linear_stream_kernel<S, true, KernelFault::kNone>);
+  if (S::kSmemBytes + static_smem(kernel) > block_smem_limit())
+    return "the register-ring kernel of this shape needs more shared memory than this GPU gives a block";
+  return nullptr;
+}
+template const char* linear_stream_refusal<Stream8>(const LinearParams&);
+template const char* linear_stream_refusal<Stream16>(const LinearParams&);
+template const char* linear_stream_refusal<Stream32>(const LinearParams&);
+template const char* linear_stream_refusal<Stream64>(const LinearParams&);
 
 template <class S>
 void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {

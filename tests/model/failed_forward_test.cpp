@@ -1,0 +1,283 @@
+// A forward call that fails part-way, injected into the real model on the CPU backend: the ModelRunner empties
+// every slot of the failed batch (nothing half-advanced can be continued, its KV pages go back to the pool) and
+// leaves the others alone; the engine ends the failed step's requests with kError, frees their slots and pages and
+// serves the rest with the bits of a run that never failed.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/model_runner.h"
+#include "support/fixtures.h"
+
+namespace plumb {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kInjected = "injected attention failure";
+
+// A CpuBackend whose armed forward pass throws at its first attention call, after the GDN layers before it (layers 0
+// and 1 of qwen3_next_moe) have advanced their states. It can also hold a forward pass at its embedding until
+// released, so a test decides what shares an engine step.
+class FailingBackend final : public Backend {
+ public:
+  // The `forwards_from_now`-th forward pass to get past its embedding from now on fails (1: the next one, or the one
+  // being held).
+  void fail_forward(int forwards_from_now) {
+    std::lock_guard lock(mutex_);
+    forwards_to_failure_ = forwards_from_now;
+  }
+  // The next forward pass waits at its embedding until release().
+  void hold_next_forward() {
+    std::lock_guard lock(mutex_);
+    hold_ = true;
+  }
+  // Whether a forward pass is waiting at its embedding within `timeout`.
+  bool wait_until_held(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return held_; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      hold_ = false;
+    }
+    changed_.notify_all();
+  }
+
+  Device device() const override { return cpu_.device(); }
+  DType kv_dtype() const override { return cpu_.kv_dtype(); }
+  void synchronize() override { cpu_.synchronize(); }
+  Tensor zeros(DType dtype, const Shape& shape) override { return cpu_.zeros(dtype, shape); }
+  Tensor empty(DType dtype, const Shape& shape) override { return cpu_.empty(dtype, shape); }
+  Tensor upload(const Tensor& host) override { return cpu_.upload(host); }
+  Tensor download(const Tensor& t) override { return cpu_.download(t); }
+  void copy(const Tensor& src, Tensor& dst) override { cpu_.copy(src, dst); }
+  void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override { cpu_.random_uniform(t, seed, lo, hi); }
+
+  // Every forward pass starts with its one embedding call.
+  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
+    {
+      std::unique_lock lock(mutex_);
+      held_ = hold_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return !hold_; });
+      held_ = false;
+      fails_now_ = forwards_to_failure_ > 0 && --forwards_to_failure_ == 0;
+    }
+    cpu_.embedding(table, ids, out);
+  }
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
+                 const BatchRows& batch, Tensor& o) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (fails_now_) {
+        fails_now_ = false;
+        throw Error(kInjected);
+      }
+    }
+    cpu_.attention(q, k, v, caches, batch, o);
+  }
+
+  void linear(const Tensor& x, const Tensor& w, Tensor& y) override { cpu_.linear(x, w, y); }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override {
+    cpu_.rms_norm(x, w, eps, kind, y);
+  }
+  void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override {
+    cpu_.gated_rms_norm(x, z, w, eps, y);
+  }
+  void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override {
+    cpu_.slice_columns(src, begin, end, dst);
+  }
+  void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states, const BatchRows& batch,
+                          Tensor& y) override {
+    cpu_.causal_conv1d_silu(x, w, states, batch, y);
+  }
+  void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                        const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
+                        GdnAlgorithm algorithm) override {
+    cpu_.gated_delta_rule(qkv, key_heads, a, b, A_log, dt_bias, states, batch, o, algorithm);
+  }
+  void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override {
+    cpu_.rotary_embedding(x, positions, rotary_dim, theta);
+  }
+  void mul_sigmoid(Tensor& x, const Tensor& gate) override { cpu_.mul_sigmoid(x, gate); }
+  void mul_sigmoid_rows(Tensor& x, const Tensor& gate) override { cpu_.mul_sigmoid_rows(x, gate); }
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override { cpu_.silu_mul(gate, up, out); }
+  void add(Tensor& x, const Tensor& y) override { cpu_.add(x, y); }
+  void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+                 Tensor& expert_weights) override {
+    cpu_.moe_route(logits, top_k, renormalize, expert_ids, expert_weights);
+  }
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   const ExpertWeights& experts, Tensor& y) override {
+    cpu_.moe_experts(x, expert_ids, expert_weights, experts, y);
+  }
+  void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override {
+    cpu_.sample_tokens(logits, draws, ids);
+  }
+
+ private:
+  CpuBackend cpu_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int forwards_to_failure_ = 0;
+  bool fails_now_ = false;  // the running forward pass fails at its next attention call
+  bool hold_ = false;
+  bool held_ = false;
+};
+
+// Releases a held forward pass however the test ends, before the engine (declared earlier) joins its step thread.
+struct ReleaseOnExit {
+  FailingBackend& backend;
+  ~ReleaseOnExit() { backend.release(); }
+};
+
+std::string fixture_model() {
+  return test::source_dir() + "/tests/fixtures/models/qwen3_next_moe";
+}
+
+std::vector<int32_t> tokens(int32_t first, int64_t count) {
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < count; ++i) out.push_back(static_cast<int32_t>((first + 7 * i) % 50 + 1));
+  return out;
+}
+
+std::vector<int32_t> slice(const std::vector<int32_t>& v, int64_t begin, int64_t end) {
+  return {v.begin() + begin, v.begin() + end};
+}
+
+// Slots 0 and 1 are in the failed call (0 continuing from 20 tokens past a page boundary, 1 starting fresh); slot 2
+// is not. Afterwards slot 0 cannot be continued, slots 0 and 1 start again, and every logit equals a runner's that
+// never failed.
+TEST(FailedForward, EmptiesEverySlotOfTheFailedBatchAndNoOther) {
+  CpuBackend clean_backend;
+  FailingBackend failing_backend;
+  const Qwen3NextModel clean_model = open_model(fixture_model(), clean_backend);
+  const Qwen3NextModel model = open_model(fixture_model(), failing_backend);
+  ModelRunner clean(clean_model, 3), runner(model, 3);
+  const std::vector<int32_t> a = tokens(3, 70), b = tokens(5, 9), c = tokens(11, 12);
+
+  for (ModelRunner* r : {&clean, &runner}) r->forward({{0, 0, slice(a, 0, 20)}, {2, 0, slice(c, 0, 10)}});
+  EXPECT_EQ(model.kv_pool().used_pages(), 2);
+  failing_backend.fail_forward(1);
+  try {
+    runner.forward({{0, 20, slice(a, 20, 70)}, {1, 0, b}});
+    ADD_FAILURE() << "the injected failure did not surface";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(kInjected), std::string::npos) << e.what();
+  }
+  // Slots 0 and 1 took 2 and 1 pages for the call and gave them back with their states; slot 2 keeps its page.
+  EXPECT_EQ(model.kv_pool().used_pages(), 1);
+  EXPECT_THROW(runner.forward({{0, 20, slice(a, 20, 70)}}), Error);
+  EXPECT_EQ(model.kv_pool().used_pages(), 1);
+
+  const std::vector<RunnerEntry> restart = {{0, 0, slice(a, 0, 20)}, {1, 0, b}, {2, 10, slice(c, 10, 12)}};
+  const std::vector<RunnerEntry> resume = {{0, 20, slice(a, 20, 70)}, {1, 9, {4}}, {2, 12, {8}}};
+  for (const std::vector<RunnerEntry>* step : {&restart, &resume}) {
+    const std::vector<float> want = clean.forward(*step), got = runner.forward(*step);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "logit " << i;
+  }
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::optional<StopCause> finish;
+  std::string error;
+};
+
+Outcome drain(RequestStream& stream) {
+  Outcome out;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!out.finish && std::chrono::steady_clock::now() < deadline) {
+    for (EngineEvent& e : stream.wait(100ms)) {
+      if (e.token) {
+        out.tokens.push_back(e.token->id);
+        out.logprobs.push_back(e.token->logprob);
+      }
+      if (e.finish) {
+        out.finish = e.finish;
+        out.error = e.error;
+      }
+    }
+  }
+  return out;
+}
+
+EngineRequest request(int32_t first, int64_t prompt_length, int64_t max_tokens) {
+  EngineRequest r;
+  r.prompt = tokens(first, prompt_length);
+  r.max_tokens = max_tokens;
+  r.top_logprobs = 0;
+  return r;
+}
+
+// Two slots, prefill chunks of 16. Step 1 runs A's first chunk alone; step 2 A's second chunk and B's first, and
+// fails; C waited through it for a slot and D is submitted after it. C and D must get exactly the tokens and logprobs
+// they get from an engine that never failed.
+TEST(FailedForward, EndsItsRequestsWithAnErrorAndServesTheOthersUnchanged) {
+  const SchedulerConfig config{
+      .max_running = 2, .max_waiting = 8, .step_tokens = 64, .prefill_chunk = 16, .kv_pages = 64, .kv_page_tokens = 16};
+  const EngineRequest a = request(1, 40, 6), b = request(2, 20, 6), c = request(3, 30, 8), d = request(4, 25, 8);
+
+  Outcome clean_c, clean_d;
+  {
+    CpuBackend backend;
+    const Qwen3NextModel model = open_model(fixture_model(), backend);
+    ModelRunner runner(model, config.max_running);
+    Engine engine(runner, config);
+    const Submission sc = engine.submit(c), sd = engine.submit(d);
+    clean_c = drain(*sc.stream);
+    clean_d = drain(*sd.stream);
+  }
+  ASSERT_EQ(clean_c.finish, StopCause::kLength);
+  ASSERT_EQ(clean_d.finish, StopCause::kLength);
+
+  FailingBackend backend;
+  const Qwen3NextModel model = open_model(fixture_model(), backend);
+  ModelRunner runner(model, config.max_running);
+  Engine engine(runner, config);
+  const ReleaseOnExit release{backend};
+  backend.hold_next_forward();
+  const Submission sa = engine.submit(a);
+  ASSERT_TRUE(backend.wait_until_held(20s));  // step 1: A alone
+  backend.fail_forward(2);                    // step 2
+  const Submission sb = engine.submit(b), sc = engine.submit(c);
+  backend.release();
+
+  for (const Submission* s : {&sa, &sb}) {
+    const Outcome failed = drain(*s->stream);
+    EXPECT_EQ(failed.finish, StopCause::kError);
+    EXPECT_NE(failed.error.find(kInjected), std::string::npos) << failed.error;
+    EXPECT_TRUE(failed.tokens.empty());
+  }
+  const Submission sd = engine.submit(d);
+  const Outcome got_c = drain(*sc.stream), got_d = drain(*sd.stream);
+  EXPECT_EQ(got_c.finish, StopCause::kLength);
+  EXPECT_EQ(got_c.tokens, clean_c.tokens);
+  EXPECT_EQ(got_c.logprobs, clean_c.logprobs);  // exact: the same bits
+  EXPECT_EQ(got_d.finish, StopCause::kLength);
+  EXPECT_EQ(got_d.tokens, clean_d.tokens);
+  EXPECT_EQ(got_d.logprobs, clean_d.logprobs);
+
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.state_slots_used, 0);
+  EXPECT_EQ(stats.kv_pages_used, 0);
+}
+
+}  // namespace
+}  // namespace plumb
