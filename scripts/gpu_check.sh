@@ -16,6 +16,8 @@ cd "$root"
 bin=build/device/bin
 plumb=$bin/plumb
 export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A missing or failing device fails the harness's cases instead of skipping them: this check exists to run them.
+export PLUMB_REQUIRE_GPU=1
 out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 steps=${*:-linear harness e2e sanitize bench heldout demo}
@@ -37,7 +39,13 @@ fi
 if want harness; then
   echo "== harness"
   "$bin/gpu_op_harness" 2>&1 | tee "$out/harness.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |worst|seed|^\[==' | tail -80
-  record harness "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+  code=${PIPESTATUS[0]}
+  # A skipped case checked nothing, so one skip (or no test passed at all) fails the step even on exit status 0.
+  skipped=$(grep -c '^\[  SKIPPED \]' "$out/harness.log")
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\.$/\1/p' "$out/harness.log" | tail -n 1)
+  [ "$skipped" = 0 ] || echo "harness: $skipped SKIPPED lines in $out/harness.log: those cases checked nothing"
+  [ "${passed:-0}" -gt 0 ] || echo "harness: no test passed"
+  record harness "$([ "$code" = 0 ] && [ "$skipped" = 0 ] && [ "${passed:-0}" -gt 0 ] && echo pass || echo FAIL)"
 fi
 
 if want e2e; then

@@ -1,5 +1,6 @@
 // The harness's tests: every registered case must pass, every planted control must be rejected, and every fault of
-// fault.h must have a control. Test names come from the registry alone, so discovery needs no GPU.
+// fault.h must have a control. Test names come from the registry alone, so discovery needs no GPU. Without a usable
+// device the GPU tests skip, or fail under PLUMB_REQUIRE_GPU=1.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -50,14 +51,39 @@ Verdict run_case(const Case& c, std::mt19937_64& rng) {
   return ctx.verdict;
 }
 
-bool skip_without_gpu() {
-  return !cuda_device_available();
+// Why this machine has no usable CUDA device, or "" (probed once).
+const std::string& device_problem() {
+  static const std::string problem = cuda_device_problem();
+  return problem;
+}
+
+// PLUMB_REQUIRE_GPU=1 (scripts/gpu_check.sh sets it) makes a missing or failing device a failure instead of a skip,
+// so a driver problem on the GPU machine cannot read as a pass.
+bool gpu_required() {
+  const char* env = std::getenv("PLUMB_REQUIRE_GPU");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
+// Ends the calling test where no CUDA device is usable: skipped, or failed under PLUMB_REQUIRE_GPU.
+#define PLUMB_NEED_GPU()                                                                                           \
+  do {                                                                                                             \
+    if (!device_problem().empty()) {                                                                               \
+      if (gpu_required()) FAIL() << "PLUMB_REQUIRE_GPU is set but no CUDA device is usable: " << device_problem(); \
+      GTEST_SKIP() << "no CUDA device here (" << device_problem() << "): the GPU op harness needs one";            \
+    }                                                                                                              \
+  } while (false)
+
+// The probe every case and control starts with, as a test of its own: scripts/test.sh runs it alone to say whether
+// this run checks any kernel.
+TEST(Device, IsUsable) {
+  std::printf("[ device   ] %s\n", device_problem().empty() ? "usable" : device_problem().c_str());
+  PLUMB_NEED_GPU();
 }
 
 class Cases : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(Cases, MatchesReference) {
-  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device here: the GPU op harness needs one";
+  PLUMB_NEED_GPU();
   const Case& c = cases()[GetParam()];
   std::mt19937_64 rng(case_seed(c.name));
   const Verdict v = run_case(c, rng);
@@ -71,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, Cases, ::testing::Range<size_t>(0, cases().size())
 class Controls : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(Controls, AreRejected) {
-  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device here: the GPU op harness needs one";
+  PLUMB_NEED_GPU();
   const Control& control = controls()[GetParam()];
   const Case* c = find_case(control.case_name);
   ASSERT_NE(c, nullptr) << "control " << fault_name(control.fault) << " names unknown case " << control.case_name;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/kernels/fault.h"
@@ -23,6 +24,8 @@ namespace plumb {
 class CudaMemoryPool;
 class PinnedStaging;
 
+// Why no CUDA device is usable here (cudaGetDeviceCount's error, or no device), or "" when one is; never throws.
+std::string cuda_device_problem();
 // Whether a CUDA device is usable here (false without a driver or a GPU); never throws.
 bool cuda_device_available();
 
