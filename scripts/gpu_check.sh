@@ -17,6 +17,8 @@ cd "$root"
 bin=build/device/bin
 plumb=$bin/plumb
 export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A missing or failing device fails the harness's cases instead of skipping them: this check exists to run them.
+export PLUMB_REQUIRE_GPU=1
 out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 steps=${*:-linear harness e2e sanitize bench heldout demo}
@@ -38,10 +40,20 @@ fi
 if want harness; then
   echo "== harness"
   "$bin/gpu_op_harness" 2>&1 | tee "$out/harness.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |worst|seed|^\[==' | tail -80
-  harness_status=${PIPESTATUS[0]}
-  # The model on the GPU: the chunk rule's split invariance over every prompt length 1..200.
+  code=${PIPESTATUS[0]}
+  # The model on the GPU: every prompt length 1..200 bit-identical however its prefill is cut (the chunk rule).
   "$bin/gpu_model_test" 2>&1 | tee "$out/gpu_model_test.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==|differ'
-  record harness "$([ "$harness_status" = 0 ] && [ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+  model_code=${PIPESTATUS[0]}
+  # A skipped case checked nothing, so one skip (or no test passed at all) fails the step even on exit status 0.
+  ok=pass
+  for log in harness gpu_model_test; do
+    skipped=$(grep -c '^\[  SKIPPED \]' "$out/$log.log")
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\.$/\1/p' "$out/$log.log" | tail -n 1)
+    [ "$skipped" = 0 ] || { echo "$log: $skipped SKIPPED lines in $out/$log.log: those cases checked nothing"; ok=FAIL; }
+    [ "${passed:-0}" -gt 0 ] || { echo "$log: no test passed"; ok=FAIL; }
+  done
+  [ "$code" = 0 ] && [ "$model_code" = 0 ] || ok=FAIL
+  record harness $ok
 fi
 
 if want e2e; then

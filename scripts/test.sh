@@ -12,4 +12,16 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # The bounded fuzz run first, so ctest's summary closes the output.
 bash scripts/fuzz.sh
+# One line saying whether this run checks the GPU kernels at all: without a device ctest lists every harness case as
+# skipped, which is easy to read past. The probe is the harness's own (the test every case starts with).
+harness=build/test/bin/gpu_op_harness
+if [ ! -x "$harness" ]; then
+  echo "test.sh: GPU KERNEL TESTS NOT BUILT: no CUDA compiler here; scripts/gpu_check.sh checks the kernels on a GPU"
+elif probe=$("$harness" --gtest_filter=Device.IsUsable 2>&1) && ! grep -q '^\[  SKIPPED \]' <<<"$probe"; then
+  echo "test.sh: GPU kernel tests run on this machine's CUDA device"
+else
+  why=$(sed -n 's/^\[ device   \] //p' <<<"$probe" | head -n 1)
+  echo "test.sh: GPU KERNEL TESTS SKIPPED: no usable CUDA device here (${why:-the probe failed}):" \
+    "scripts/gpu_check.sh runs them on a GPU machine"
+fi
 ctest --test-dir build/test --output-on-failure -j"$(nproc)" --timeout 900

@@ -1,12 +1,17 @@
 // The harness's tests: every registered case must pass, every planted control must be rejected, and every fault of
-// fault.h must have a control. Test names come from the registry alone, so discovery needs no GPU.
+// fault.h must have a control. Test names come from the registry alone, so discovery needs no GPU. Without a usable
+// device the GPU tests skip, or fail under PLUMB_REQUIRE_GPU=1.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "need_gpu.h"
 #include "op_harness.h"
+#include "support/non_finite.h"
 
 namespace plumb::harness {
 namespace {
@@ -46,14 +51,17 @@ Verdict run_case(const Case& c, std::mt19937_64& rng) {
   return ctx.verdict;
 }
 
-bool skip_without_gpu() {
-  return !cuda_device_available();
+// The probe every case and control starts with, as a test of its own: scripts/test.sh runs it alone to say whether
+// this run checks any kernel.
+TEST(Device, IsUsable) {
+  std::printf("[ device   ] %s\n", test::device_problem().empty() ? "usable" : test::device_problem().c_str());
+  PLUMB_NEED_GPU();
 }
 
 class Cases : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(Cases, MatchesReference) {
-  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device here: the GPU op harness needs one";
+  PLUMB_NEED_GPU();
   const Case& c = cases()[GetParam()];
   std::mt19937_64 rng(case_seed(c.name));
   const Verdict v = run_case(c, rng);
@@ -67,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, Cases, ::testing::Range<size_t>(0, cases().size())
 class Controls : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(Controls, AreRejected) {
-  if (skip_without_gpu()) GTEST_SKIP() << "no CUDA device here: the GPU op harness needs one";
+  PLUMB_NEED_GPU();
   const Control& control = controls()[GetParam()];
   const Case* c = find_case(control.case_name);
   ASSERT_NE(c, nullptr) << "control " << fault_name(control.fault) << " names unknown case " << control.case_name;
@@ -115,6 +123,24 @@ TEST(Registry, EveryFaultHasAControlOnARegisteredCase) {
   }
   for (const Control& c : controls())
     EXPECT_NE(find_case(c.case_name), nullptr) << fault_name(c.fault) << " names unknown case " << c.case_name;
+}
+
+// Needs no GPU: the comparison every case goes through rejects a NaN or an infinity on either side wherever it sits,
+// and its worst err/bound ratio fails `<= 1` too (a finite one here is 0.5).
+TEST(Verdict, ANonFiniteValueAnywhereIsRejected) {
+  constexpr int64_t n = 9;
+  for (const test::NonFinitePair& p : test::kNonFinitePairs) {
+    for (int64_t at : {int64_t{0}, int64_t{1}, n / 2, n - 1}) {
+      std::vector<float> got(n, 2.0f), want(n, 2.0f);
+      got[at == 0 ? 1 : 0] = 2.5f;
+      got[at] = p.a;
+      want[at] = p.b;
+      Verdict v;
+      v.close(p.what, Tensor::from_f32(got, {3, 3}), Tensor::from_f32(want, {3, 3}), std::vector<double>(n, 1.0));
+      EXPECT_FALSE(v.ok()) << p.what << " at " << at << " passed";
+      EXPECT_FALSE(v.worst_ratio() <= 1.0) << p.what << " at " << at << ": worst ratio " << v.worst_ratio();
+    }
+  }
 }
 
 }  // namespace

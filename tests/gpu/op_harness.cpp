@@ -142,95 +142,23 @@ ControlRegistrar::ControlRegistrar(cuda::KernelFault fault, std::string case_nam
 }
 
 const std::vector<cuda::KernelFault>& all_faults() {
-  using F = cuda::KernelFault;
-  static const std::vector<F> faults = {
-      F::kEmbeddingRowOffByOne,
-      F::kRmsNormSkipsWeight,
-      F::kGatedNormGateSign,
-      F::kRouteTiesToHigher,
-      F::kSliceColumnsOneLate,
-      F::kElementwiseDropsTail,
-      F::kSiluMulActivatesUp,
-      F::kMulSigmoidRowsGateSign,
-      F::kRandomUniformCounterOffByOne,
-      F::kSampleTiesToHigher,
-      F::kSampleTopPOneShort,
-      F::kLinearDropsLastKTile,
-      F::kExpertsDropLastExpert,
-      F::kLinearF32DropsKRemainder,
-      F::kLinearToBf16Truncates,
-      F::kExpertsGroupClampOffByOne,
-      F::kExpertsSiluSigmoidOfUp,
-      F::kConvIgnoresState,
-      F::kGdnGateSign,
-      F::kGdnChunkBoundaryOffByOne,
-      F::kGdnMissingBarrier,
-      F::kRotaryWrongPairing,
-      F::kAttentionCausalOffByOne,
-      F::kAttentionMissingBarrier,
-      F::kAttentionPageTableIgnored,
-      F::kKvWriteIgnoresPageTable,
+  static const std::vector<cuda::KernelFault> faults = {
+#define PLUMB_FAULT_VALUE(name) cuda::KernelFault::name,
+      PLUMB_KERNEL_FAULTS(PLUMB_FAULT_VALUE)
+#undef PLUMB_FAULT_VALUE
   };
   return faults;
 }
 
 const char* fault_name(cuda::KernelFault fault) {
-  using F = cuda::KernelFault;
   switch (fault) {
-    case F::kNone:
+    case cuda::KernelFault::kNone:
       return "None";
-    case F::kEmbeddingRowOffByOne:
-      return "EmbeddingRowOffByOne";
-    case F::kRmsNormSkipsWeight:
-      return "RmsNormSkipsWeight";
-    case F::kGatedNormGateSign:
-      return "GatedNormGateSign";
-    case F::kRouteTiesToHigher:
-      return "RouteTiesToHigher";
-    case F::kSliceColumnsOneLate:
-      return "SliceColumnsOneLate";
-    case F::kElementwiseDropsTail:
-      return "ElementwiseDropsTail";
-    case F::kSiluMulActivatesUp:
-      return "SiluMulActivatesUp";
-    case F::kMulSigmoidRowsGateSign:
-      return "MulSigmoidRowsGateSign";
-    case F::kRandomUniformCounterOffByOne:
-      return "RandomUniformCounterOffByOne";
-    case F::kSampleTiesToHigher:
-      return "SampleTiesToHigher";
-    case F::kSampleTopPOneShort:
-      return "SampleTopPOneShort";
-    case F::kLinearDropsLastKTile:
-      return "LinearDropsLastKTile";
-    case F::kExpertsDropLastExpert:
-      return "ExpertsDropLastExpert";
-    case F::kLinearF32DropsKRemainder:
-      return "LinearF32DropsKRemainder";
-    case F::kLinearToBf16Truncates:
-      return "LinearToBf16Truncates";
-    case F::kExpertsGroupClampOffByOne:
-      return "ExpertsGroupClampOffByOne";
-    case F::kExpertsSiluSigmoidOfUp:
-      return "ExpertsSiluSigmoidOfUp";
-    case F::kConvIgnoresState:
-      return "ConvIgnoresState";
-    case F::kGdnGateSign:
-      return "GdnGateSign";
-    case F::kGdnChunkBoundaryOffByOne:
-      return "GdnChunkBoundaryOffByOne";
-    case F::kGdnMissingBarrier:
-      return "GdnMissingBarrier";
-    case F::kRotaryWrongPairing:
-      return "RotaryWrongPairing";
-    case F::kAttentionCausalOffByOne:
-      return "AttentionCausalOffByOne";
-    case F::kAttentionMissingBarrier:
-      return "AttentionMissingBarrier";
-    case F::kAttentionPageTableIgnored:
-      return "AttentionPageTableIgnored";
-    case F::kKvWriteIgnoresPageTable:
-      return "KvWriteIgnoresPageTable";
+#define PLUMB_FAULT_NAME(name)  \
+  case cuda::KernelFault::name: \
+    return &#name[1];  // without its k
+      PLUMB_KERNEL_FAULTS(PLUMB_FAULT_NAME)
+#undef PLUMB_FAULT_NAME
   }
   return "Unknown";
 }

@@ -1,6 +1,7 @@
 // The CUDA backend's refusals of calls that would break the exactness contract, the same checks as the CPU
 // reference's (tests/support/refusals.h); the expert-id check runs on the device and surfaces at synchronize().
 #include "backends/cuda/cuda_backend.h"
+#include "need_gpu.h"
 #include "support/refusals.h"
 
 namespace plumb {
@@ -9,7 +10,7 @@ namespace {
 class CudaRefusals : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device here: the GPU refusal tests need one";
+    PLUMB_NEED_GPU();
     be_ = std::make_unique<CudaBackend>();
   }
   std::unique_ptr<CudaBackend> be_;

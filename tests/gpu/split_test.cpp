@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cuda/cuda_backend.h"
+#include "need_gpu.h"
 #include "engine/generate.h"
 #include "support/fixtures.h"
 #include "support/split_check.h"
@@ -13,7 +14,7 @@ namespace {
 class GpuSplitInvariance : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GpuSplitInvariance, EveryPromptLengthIsBitIdenticalHoweverItIsCut) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device here: the GPU split check needs one";
+  PLUMB_NEED_GPU();
   CudaBackend backend;
   const Qwen3NextModel model = open_model(test::source_dir() + "/" + GetParam(), backend);
   test::SplitCheck check;

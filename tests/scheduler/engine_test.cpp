@@ -54,42 +54,40 @@ EngineRequest request(int32_t first, int64_t prompt_length, int64_t max_tokens) 
   return r;
 }
 
-// The probe's tokens alone and among 31 others whose prompts of every length put prefill chunks and decode rows in
-// the same steps. With sampling every request draws with its own seed, the rows of a step on host threads of their
-// own.
-void expect_same_alone_and_among_31_others(const SamplingParams& sampling) {
-  EngineRequest probe = request(3, 40, 24);
-  probe.sampling = sampling;
-  Outcome alone;
-  {
+// 32 requests with distinct prompts of every length, so prefill chunks and decode rows share the steps: each one's
+// tokens among the 31 others must be its tokens alone. No two requests' tokens are alike, so a stream handed another
+// one's tokens shows. With sampling every request draws with its own seed, the rows of a step on host threads of
+// their own.
+void expect_each_same_alone_and_among_31_others(const SamplingParams& sampling) {
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 32; ++i) {
+    requests.push_back(request(i, 5 + 3 * i, 10 + i));
+    requests.back().sampling = sampling;
+    requests.back().sampling.seed = sampling.seed + static_cast<uint64_t>(i);
+  }
+  std::vector<Outcome> alone;
+  for (const EngineRequest& r : requests) {
     test::FakeRunner runner(kVocab, 512);
     Engine engine(runner, engine_config());
-    const Submission s = engine.submit(probe);
+    const Submission s = engine.submit(r);
     ASSERT_EQ(s.status, SubmitStatus::kQueued);
-    alone = drain(*s.stream);
+    alone.push_back(drain(*s.stream));
+    ASSERT_EQ(alone.back().finish, StopCause::kLength);
+    ASSERT_EQ(static_cast<int64_t>(alone.back().tokens.size()), r.max_tokens);
   }
-  ASSERT_EQ(alone.finish, StopCause::kLength);
-  ASSERT_EQ(alone.tokens.size(), 24u);
+  for (size_t i = 0; i < alone.size(); ++i)
+    for (size_t j = i + 1; j < alone.size(); ++j)
+      ASSERT_NE(alone[i].tokens, alone[j].tokens) << "requests " << i << " and " << j << " would not tell apart";
 
   test::FakeRunner runner(kVocab, 512);
   Engine engine(runner, engine_config());
-  std::vector<Submission> others;
-  auto other = [&](int i) {
-    EngineRequest r = request(i, 5 + 3 * i, 10 + i);
-    r.sampling = sampling;
-    r.sampling.seed = sampling.seed + 1 + static_cast<uint64_t>(i);
-    return engine.submit(r);
-  };
-  for (int i = 0; i < 16; ++i) others.push_back(other(i));
-  const Submission s = engine.submit(probe);
-  for (int i = 16; i < 31; ++i) others.push_back(other(i));
-  ASSERT_EQ(s.status, SubmitStatus::kQueued);
-  const Outcome among = drain(*s.stream);
-  EXPECT_EQ(among.tokens, alone.tokens);
-  EXPECT_EQ(among.finish, StopCause::kLength);
-  for (Submission& o : others) {
-    ASSERT_EQ(o.status, SubmitStatus::kQueued);
-    EXPECT_EQ(drain(*o.stream).finish, StopCause::kLength);
+  std::vector<Submission> together;
+  for (const EngineRequest& r : requests) together.push_back(engine.submit(r));
+  for (size_t i = 0; i < together.size(); ++i) {
+    ASSERT_EQ(together[i].status, SubmitStatus::kQueued);
+    const Outcome among = drain(*together[i].stream);
+    EXPECT_EQ(among.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(among.finish, StopCause::kLength) << "request " << i;
   }
   // Every prompt ran in chunks at multiples of 16 although 32 requests competed for each step's budget.
   for (const RunnerEntry& e : runner.calls()) {
@@ -102,11 +100,11 @@ void expect_same_alone_and_among_31_others(const SamplingParams& sampling) {
 }
 
 TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
-  expect_same_alone_and_among_31_others(SamplingParams{});
+  expect_each_same_alone_and_among_31_others(SamplingParams{});
 }
 
 TEST(Engine, SampledTokensAreTheSameAloneAndAmong31Others) {
-  expect_same_alone_and_among_31_others(SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 11});
+  expect_each_same_alone_and_among_31_others(SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 11});
 }
 
 TEST(Engine, AStopIdEndsTheRequestWithoutBeingStreamed) {

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "backends/cuda/kernels/experts.h"
@@ -25,14 +26,19 @@ void cuda_check_launch(const char* kernel) {
   if (status != cudaSuccess) PLUMB_FAIL("CUDA: launching {} failed: {}", kernel, cudaGetErrorString(status));
 }
 
-bool cuda_device_available() {
+std::string cuda_device_problem() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error so later checks start clean
-    return false;
+    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(status) + " (" +
+           std::to_string(static_cast<int>(status)) + ")";
   }
-  return count > 0;
+  return count > 0 ? std::string() : "cudaGetDeviceCount found no device";
+}
+
+bool cuda_device_available() {
+  return cuda_device_problem().empty();
 }
 
 // Device memory in size classes, kept for reuse until the pool is destroyed (or an allocation fails, which first
@@ -150,7 +156,8 @@ class PinnedStaging {
 };
 
 CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
-  PLUMB_CHECK(cuda_device_available(), "--device cuda: no CUDA device is available (no GPU or no driver)");
+  const std::string problem = cuda_device_problem();
+  PLUMB_CHECK(problem.empty(), "--device cuda: no CUDA device is available ({})", problem);
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cuda_check(cudaGetDeviceProperties(&properties_, device_), "cudaGetDeviceProperties");
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/kernels/fault.h"
@@ -28,6 +29,8 @@ namespace cuda {
 struct MoeIdReport;
 }
 
+// Why no CUDA device is usable here (cudaGetDeviceCount's error, or no device), or "" when one is; never throws.
+std::string cuda_device_problem();
 // Whether a CUDA device is usable here (false without a driver or a GPU); never throws.
 bool cuda_device_available();
 
