@@ -260,6 +260,34 @@ void moe_experts_case(Context& c, DType dtype) {
   }
 }
 
+// The grouped expert products likewise: every variant that can run a grouped product (all but the shared-memory
+// ring, which takes plain products only) must give the MoE block the bytes of the launch production chooses. Its
+// correctness against the reference is moe_experts_bf16's; this case holds the variants to each other.
+void moe_experts_variants_case(Context& c) {
+  const int64_t E = 7, top_k = 3, H = 136, I = 40;
+  const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, DType::kBF16);
+  const Weight down = random_weight(c.rng, {E, H, I}, DType::kBF16);
+  const ExpertWeights experts{c.gpu.upload(gate_up.stored), c.gpu.upload(down.stored)};
+  for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}, int64_t{200}}) {
+    const Tensor x = c.gpu.upload(normal(c.rng, {T, H}));
+    Tensor ids = Tensor::zeros(DType::kI32, {T, top_k});
+    for (int64_t i = 0; i < T * top_k; ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 5 + i / top_k) % E);
+    const Tensor device_ids = c.gpu.upload(ids), weights = c.gpu.upload(uniform(c.rng, {T, top_k}, 0.05f, 0.5f));
+    auto run = [&] {
+      Tensor y = poisoned(c.gpu, DType::kF32, {T, H});
+      c.gpu.moe_experts(x, device_ids, weights, experts, y);
+      return fetch_f32(c.gpu, y);
+    };
+    const Tensor chosen = run();
+    for (const cuda::LinearVariant& v : cuda::linear_variants(true, T * top_k)) {
+      if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) continue;
+      const LinearVariantScope scope(c.gpu, v);
+      c.verdict.same_bits("moe_experts BF16 variants T=" + std::to_string(T) + " " + variant_label(v) + " vs as chosen",
+                          run(), chosen);
+    }
+  }
+}
+
 const CaseRegistrar reg_linear_f32("linear_f32", [](Context& c) { linear_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_bf16("linear_bf16", [](Context& c) { linear_case(c, DType::kBF16); });
 const CaseRegistrar reg_linear_f16("linear_f16", [](Context& c) { linear_case(c, DType::kF16); });
@@ -268,6 +296,7 @@ const CaseRegistrar reg_linear_rounding("linear_bf16_operand_rounding", linear_o
 const CaseRegistrar reg_route("moe_route", moe_route_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
 const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_experts_case(c, DType::kF32); });
+const CaseRegistrar reg_experts_variants("moe_experts_bf16_variants", moe_experts_variants_case);
 
 const ControlRegistrar ctl_linear(cuda::KernelFault::kLinearDropsLastKTile, "linear_bf16");
 const ControlRegistrar ctl_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route");
@@ -279,6 +308,7 @@ const ControlRegistrar ctl_to_bf16(cuda::KernelFault::kLinearToBf16Truncates, "l
 // Truncating the staged activations changes the shapes that stage them (stream32, stream64, tiled) and not those that
 // round in the fragments (stream8, stream16): the variants no longer agree.
 const ControlRegistrar ctl_variants(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_variants");
+const ControlRegistrar ctl_experts_variants(cuda::KernelFault::kLinearToBf16Truncates, "moe_experts_bf16_variants");
 const ControlRegistrar ctl_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_experts_f32");
 const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOfUp, "moe_experts_bf16");
 

@@ -25,11 +25,11 @@ inline bool gpu_required() {
 }  // namespace plumb::test
 
 // Ends the calling test where no CUDA device is usable: skipped, or failed under PLUMB_REQUIRE_GPU.
-#define PLUMB_NEED_GPU()                                                                                      \
-  do {                                                                                                        \
-    if (!::plumb::test::device_problem().empty()) {                                                           \
-      if (::plumb::test::gpu_required())                                                                      \
-        FAIL() << "PLUMB_REQUIRE_GPU is set but no CUDA device is usable: " << ::plumb::test::device_problem(); \
+#define PLUMB_NEED_GPU()                                                                                          \
+  do {                                                                                                            \
+    if (!::plumb::test::device_problem().empty()) {                                                               \
+      if (::plumb::test::gpu_required())                                                                          \
+        FAIL() << "PLUMB_REQUIRE_GPU is set but no CUDA device is usable: " << ::plumb::test::device_problem();   \
       GTEST_SKIP() << "no CUDA device here (" << ::plumb::test::device_problem() << "): this GPU test needs one"; \
-    }                                                                                                         \
+    }                                                                                                             \
   } while (false)

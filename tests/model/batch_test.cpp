@@ -133,6 +133,28 @@ TEST_P(BatchInvariance, PrefillSplitAtAChunkBoundaryIsBitIdentical) {
   }
 }
 
+// A fork goes on as the original would, on pages and states of its own: continuing the fork leaves the original
+// untouched, and the original and its fork, given the same tokens, stay bit-identical (conv, recurrent and KV state).
+TEST_P(BatchInvariance, AForkContinuesAsTheOriginalAndLeavesItUntouched) {
+  const Qwen3NextModel model = open();
+  const int64_t V = model.config().vocab_size;
+  std::mt19937_64 rng(71);
+  const std::vector<int32_t> prompt = random_ids(rng, 70, V), more = random_ids(rng, 60, V);
+  SequenceState original = model.new_sequence(), reference = model.new_sequence();
+  model.forward(original, prompt, LogitsRows::kLast);
+  model.forward(reference, prompt, LogitsRows::kLast);
+  SequenceState fork = model.fork_sequence(original);
+  expect_same_state(model, reference, fork, "fork");
+  for (size_t j = 0; j < fork.kv_pages.ids().size(); ++j)
+    EXPECT_NE(fork.kv_pages.ids()[j], original.kv_pages.ids()[j]) << "page " << j << " is shared";
+  model.forward(fork, random_ids(rng, 9, V), LogitsRows::kLast);  // the fork goes its own way
+  expect_same_state(model, reference, original, "original after the fork moved on");
+  fork = model.fork_sequence(original);
+  const Tensor a = model.forward(original, more, LogitsRows::kAll), b = model.forward(fork, more, LogitsRows::kAll);
+  EXPECT_TRUE(same_bits(a.f32(), b.f32(), a.nbytes()));
+  expect_same_state(model, original, fork, "original and fork after the same tokens");
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::ValuesIn(kModels),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            const std::string path = info.param;

@@ -31,7 +31,7 @@ std::vector<std::string> split_mismatches(const Qwen3NextModel& model, const Spl
   const int64_t V = model.config().vocab_size;
   std::mt19937_64 rng(check.seed);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(V - 1));
-  std::vector<int32_t> base(static_cast<size_t>(check.max_length));
+  std::vector<int32_t> base(static_cast<size_t>(check.last_length));
   for (int32_t& id : base) id = token(rng);
 
   std::vector<std::string> mismatches;
@@ -41,7 +41,7 @@ std::vector<std::string> split_mismatches(const Qwen3NextModel& model, const Spl
   };
   std::vector<std::vector<SequenceState>> bases(check.chunks.size());  // [chunk][whole calls made]
   for (auto& b : bases) b.push_back(model.new_sequence());
-  for (int64_t n = 1; n <= check.max_length; ++n) {
+  for (int64_t n = check.first_length; n <= check.last_length; ++n) {
     const std::vector<int32_t> ids(base.begin(), base.begin() + n);
     SequenceState whole = model.new_sequence();
     const Hashes want = hashes_of(model, model.forward(whole, ids, LogitsRows::kLast), 0, whole);

@@ -11,7 +11,8 @@
 namespace plumb::test {
 
 struct SplitCheck {
-  int64_t max_length = 300;     // every prompt length 1..max_length
+  int64_t first_length = 1;  // every prompt length first_length..last_length
+  int64_t last_length = 300;
   std::vector<int64_t> chunks;  // tokens per call of the split runs (multiples of kGdnChunkSize)
   int64_t companions = 3;       // other sequences, of other lengths, sharing the prompt's one call
   uint64_t seed = 12;           // the prompts' and companions' ids

@@ -44,16 +44,16 @@ const char* stream_kernel_name(cuda::LinearStreamKernel kernel) {
 }
 
 // Pins a product's launch to `variant` (the op harness's hook), refusing one that cannot run it.
-void force_variant(const cuda::LinearVariant& variant, cuda::LinearParams& params) {
+void force_variant(const cuda::LinearVariant& variant, cuda::LinearParams& params, const char* op) {
   params.shape = variant.shape;
   params.stream_kernel = variant.stream_kernel;
   params.stream_warps = variant.stream_warps;
   const char* refusal = cuda::linear_launch_refusal(params);
   PLUMB_CHECK(refusal == nullptr,
-              "linear: the forced variant {} ({}, {} warps) cannot run {} rows of [{}, {}] {} "
+              "{}: the forced variant {} ({}, {} warps) cannot run {} rows of [{}, {}] {} "
               "weights here: {}",
-              cuda::linear_shape_name(variant.shape), stream_kernel_name(variant.stream_kernel), variant.stream_warps,
-              params.rows, params.n, params.k, params.w_bf16 ? "BF16" : "F32", refusal);
+              op, cuda::linear_shape_name(variant.shape), stream_kernel_name(variant.stream_kernel),
+              variant.stream_warps, params.rows, params.n, params.k, params.w_bf16 ? "BF16" : "F32", refusal);
 }
 
 }  // namespace
@@ -86,7 +86,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   params.rows = static_cast<int32_t>(rows);
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
-  if (linear_variant_) force_variant(*linear_variant_, params);
+  if (linear_variant_) force_variant(*linear_variant_, params, "linear");
   std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(params.shape) && k > 0) {
     x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
@@ -142,8 +142,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   const bool w_bf16 = experts.gate_up.dtype() == DType::kBF16;
   const int64_t rows_per_expert = std::min(pairs, 2 * ((pairs + num_experts - 1) / num_experts));
   const int sms = properties_.multiProcessorCount;
-  const cuda::LinearShape gate_up_shape = cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, 2 * inter, sms);
-  const cuda::LinearShape down_shape = cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, hidden, sms);
+  // A pinned variant (the op harness's hook) takes both products, which must share their row tiles.
+  const cuda::LinearShape gate_up_shape =
+      linear_variant_ ? linear_variant_->shape
+                      : cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, 2 * inter, sms);
+  const cuda::LinearShape down_shape =
+      linear_variant_ ? linear_variant_->shape : cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, hidden, sms);
   const int tile_rows = cuda::linear_tile_rows(gate_up_shape);
   PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == tile_rows, "{}: the two products disagree on row tiles", op);
   const int64_t max_tiles = cuda::moe_max_tiles(pairs, num_experts, tile_rows);
@@ -188,6 +192,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   gate_up.tiles = group.tiles;
   gate_up.num_tiles = group.num_tiles;
   gate_up.max_tiles = static_cast<int32_t>(max_tiles);
+  if (linear_variant_) force_variant(*linear_variant_, gate_up, "moe_experts (gate_up)");
   cuda::launch_linear(gate_up, fault_, stream_);
   cuda_check_launch("linear (moe gate_up)");
 
@@ -214,6 +219,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   down.y = static_cast<float*>(down_out.get());
   down.n = static_cast<int32_t>(hidden);
   down.k = static_cast<int32_t>(inter);
+  if (linear_variant_) force_variant(*linear_variant_, down, "moe_experts (down)");
   cuda::launch_linear(down, fault_, stream_);
   cuda_check_launch("linear (moe down)");
 
