@@ -57,6 +57,11 @@ struct LinearParams {
 };
 
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory (bytes) launch_linear gives a shape's kernel (0 for kF32), and the shared-memory ring
+// kernel that kStream8 and kStream16 hand a plain product of `rows` rows to where it fits (0 for other shapes). For
+// the resource records.
+int linear_smem_bytes(LinearShape shape);
+int linear_ring_smem_bytes(LinearShape shape, int rows);
 
 // y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.
 // x [count] F32; y [count] BF16 bits.

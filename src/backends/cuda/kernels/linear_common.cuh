@@ -188,5 +188,8 @@ inline void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& dev
 // launch_bf16_aligned).
 template <class S>
 void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory of the ring kernel streaming shape S hands a plain product of `rows` rows to (0: none).
+template <class S>
+int linear_stream_ring_smem_bytes(int rows);
 
 }  // namespace plumb::cuda::linear_detail
