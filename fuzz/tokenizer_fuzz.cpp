@@ -3,8 +3,12 @@
 //   1: decode / stream-decode arbitrary ids (pairs of bytes)
 //   2: parse and render the rest as a chat template
 //   3: render the tiny chat template with the rest as a conversation (JSON)
-// Any plumb::Error is an accepted outcome (invalid UTF-8, bad ids, template errors); crashes, hangs, sanitizer reports
-// and a failed round trip are not. Built by scripts/fuzz.sh with clang++ -fsanitize=fuzzer,address,undefined.
+// A plumb::Error of kind kInput is an accepted outcome (invalid UTF-8, bad ids, template errors); one of kind kInternal
+// (a PLUMB_INTERNAL_CHECK: plumb's own invariant broke), crashes, hangs, sanitizer reports and a failed round trip
+// are not. The fixtures load once before the first input, and the run aborts if they cannot: an Error there would
+// otherwise read as every input rejected. PLUMB_FUZZ_CONTROL=internal plants an internal check failure in every input,
+// so scripts/fuzz.sh can see the harness report it. Built by scripts/fuzz.sh with
+// clang++ -fsanitize=fuzzer,address,undefined.
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -51,6 +55,14 @@ void check(bool ok, const char* what) {
   }
 }
 
+bool internal_failure_planted() {
+  static const bool planted = [] {
+    const char* control = std::getenv("PLUMB_FUZZ_CONTROL");
+    return control != nullptr && std::string(control) == "internal";
+  }();
+  return planted;
+}
+
 void fuzz_encode(const std::string& text) {
   for (const Tokenizer& tok : fixtures().tokenizers) {
     const std::vector<int32_t> ids = tok.encode(text);  // throws on invalid UTF-8 before anything else
@@ -69,7 +81,8 @@ void fuzz_decode(const std::string& bytes) {
     std::string whole;
     try {
       whole = tok.decode(ids);
-    } catch (const plumb::Error&) {
+    } catch (const plumb::Error& e) {
+      if (e.kind() == plumb::Error::Kind::kInternal) throw;
       continue;  // an id inside a gap of the vocabulary
     }
     check(plumb::tokenizer::utf8_valid(whole), "decode gives valid UTF-8");
@@ -98,10 +111,22 @@ void fuzz_conversation(const std::string& json_text) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  try {
+    fixtures();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz: the fixtures failed to load (PLUMB_SOURCE_DIR=%s): %s\n", source_dir().c_str(),
+                 e.what());
+    std::abort();
+  }
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
+    PLUMB_INTERNAL_CHECK(!internal_failure_planted(), "planted by PLUMB_FUZZ_CONTROL=internal");
     switch (data[0] % 4) {
       case 0:
         fuzz_encode(rest);
@@ -116,8 +141,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         fuzz_conversation(rest);
         break;
     }
-  } catch (const plumb::Error&) {
-    // Rejecting bad input with plumb::Error is the expected outcome.
+  } catch (const plumb::Error& e) {
+    // Rejecting bad input is the expected outcome; a broken invariant is a bug, reported as a crash with this input.
+    if (e.kind() == plumb::Error::Kind::kInternal) {
+      std::fprintf(stderr, "fuzz: %s\n", e.what());
+      std::abort();
+    }
   } catch (const nlohmann::json::exception&) {
     // Non-UTF-8 strings inside a conversation are rejected by the JSON library when dumped.
   }

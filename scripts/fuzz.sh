@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the tokenizer libFuzzer target with clang (-fsanitize=fuzzer,address,undefined) and runs it for a bounded
-# time. Exits non-zero on a crash, a hang (-timeout), a sanitizer report or a failed invariant; the crashing input is
+# time. Exits non-zero on a crash, a hang (-timeout), a sanitizer report, a failed invariant (the harness's own or a
+# PLUMB_INTERNAL_CHECK), or fixtures that fail to load, which two planted controls check first; the crashing input is
 # left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>`.
 #   scripts/fuzz.sh [SECONDS]        (default 60)
 set -euo pipefail
@@ -20,6 +21,26 @@ if [ ! -x tokenizer_fuzz ] || [ -n "$(find "$root/src/tokenizer" "$root/src/core
   echo "fuzz.sh: building tokenizer_fuzz"
   "$cxx" "${flags[@]}" "${sources[@]}" -o tokenizer_fuzz $(pkg-config --libs libpcre2-8 libutf8proc)
 fi
+
+# The harness's own controls, before any fuzzing result is believed: an internal check failure planted in every input
+# must be reported as a crash, and fixtures that cannot be loaded must abort the run rather than reject every input.
+printf '\0control' >control-input
+control() {  # control NAME EXPECTED_MESSAGE ENV...: running the input must fail, printing the message
+  local name=$1 expected=$2
+  shift 2
+  # In a subshell, so the shell's own "Aborted" notice lands in the log too.
+  if (env "$@" ./tokenizer_fuzz -artifact_prefix=control- control-input; exit $?) >"control-$name.log" 2>&1 ||
+    ! grep -qF "$expected" "control-$name.log"; then
+    tail -n 20 "control-$name.log"
+    echo "fuzz.sh: FAILED: the $name control was not reported (expected a crash saying '$expected')"
+    exit 1
+  fi
+  rm -f control-crash-*
+}
+control internal_check "internal error: planted by PLUMB_FUZZ_CONTROL=internal" PLUMB_SOURCE_DIR="$root" \
+  PLUMB_FUZZ_CONTROL=internal
+control missing_fixtures "the fixtures failed to load" PLUMB_SOURCE_DIR="$out/no-such-source-dir"
+echo "fuzz.sh: controls reported (a planted internal check failure, missing fixtures)"
 
 # Seeds: fixture texts (selector byte 0), the templates (2) and conversations (3).
 python3 - "$root" corpus <<'PY'

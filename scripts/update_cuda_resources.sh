@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Rewrites src/backends/cuda/resource_usage.txt from the current kernels (see tests/cuda_resources.sh).
+# Rewrites src/backends/cuda/resource_usage.txt from the current kernels, compiled with the commands of a configured
+# build (see tests/cuda_resources.sh).
+#   scripts/update_cuda_resources.sh [BUILD_DIR]   (default build/test, the build scripts/test.sh makes)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${1:-build/test}
-[ -f "$build/cuda_resource_flags.txt" ] || { echo "update_cuda_resources: configure $build first (scripts/test.sh)"; exit 1; }
-bash tests/cuda_resources.sh write "$build/cuda_resource_flags.txt"
+[ -f "$build/compile_commands.json" ] || { echo "update_cuda_resources: configure $build first (scripts/test.sh)"; exit 1; }
+cmake --build "$build" --target plumb_cuda_dynamic_smem
+bash tests/cuda_resources.sh write "$build/compile_commands.json" "$build/bin/plumb_cuda_dynamic_smem"

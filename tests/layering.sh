@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Checks the include graph of src/ against the layering in docs/architecture.md: a layer may include headers of
-# the layers listed for it and nothing else of plumb's. Prints every violation; exits non-zero if there is one.
+# the layers listed for it and nothing else of plumb's, and a CUDA kernel (backends/cuda/kernels/) nothing of
+# plumb's but the files of its own folder and core/counter_rng.h. Prints every violation; exits non-zero if there is
+# one, or if it found no source file or no include to check (a wrong folder must not read as a clean one).
+#   layering.sh SRC_DIR   (tests/layering_test.sh runs it on planted trees)
 set -euo pipefail
 src=${1:?usage: layering.sh SRC_DIR}
+[ -d "$src" ] || { echo "layering: $src is not a folder"; exit 1; }
+src=$(cd "$src" && pwd -P)
 declare -A allowed=(
   [core]="core"
   [ops]="core ops"
@@ -15,21 +20,73 @@ declare -A allowed=(
   [server]="core tokenizer engine server"
   [cli]="core ops backends model loader tokenizer scheduler engine server cli"
 )
+kernels=backends/cuda/kernels
+# Every file under src/ is either source (checked) or one of these; a file of any other kind is an error, so a new
+# source extension cannot slip past the check unseen.
+source_pattern='\.(h|hh|hpp|hxx|inc|ipp|c|cc|cpp|cxx|cu|cuh)$'
+other_pattern='(^|/)CMakeLists\.txt$|\.(txt|md|cmake)$'
+# Any preprocessor include: "#", optional blanks, include or include_next, then whatever it names.
+directive='^[[:space:]]*#[[:space:]]*include(_next)?([^[:alnum:]_]|$)'
+# The two checkable forms; a computed include (#include MACRO) is reported, as it cannot be checked.
+named='^[[:space:]]*#[[:space:]]*include(_next)?[[:space:]]*[<"]([^>"]+)[>"]'
+
 status=0
+files=0
 checked=0
-while IFS= read -r file; do
-  layer=${file#"$src"/}
-  layer=${layer%%/*}
-  [ -n "${allowed[$layer]+x}" ] || { echo "layering: $file is in an unknown layer '$layer'"; status=1; continue; }
-  while IFS= read -r included; do
-    target=${included%%/*}
-    [ -d "$src/$target" ] || continue  # not one of plumb's layers (a system or library header)
-    checked=$((checked + 1))
-    if [[ " ${allowed[$layer]} " != *" $target "* ]]; then
-      echo "layering: $file includes \"$included\", but $layer may use only: ${allowed[$layer]}"
-      status=1
+violation() {
+  echo "layering: $1"
+  status=1
+}
+
+# target_of FILE INCLUDED: the path under src/ that the include resolves to, as the compiler would look (the
+# including file's folder first, then src/), or nothing for a header that is not plumb's (system, CUDA, library). A
+# path that starts with a layer's name is plumb's even where that folder is missing.
+target_of() {
+  local dir
+  dir=$(dirname "$1")
+  if [ -f "$dir/$2" ]; then
+    local resolved
+    resolved=$(realpath -m "$dir/$2")
+    [[ $resolved == "$src"/* ]] && echo "${resolved#"$src"/}"
+  elif [ -d "$src/${2%%/*}" ] || [ -n "${allowed[${2%%/*}]+x}" ]; then
+    echo "$2"
+  fi
+}
+
+while IFS= read -r -d '' file; do
+  rel=${file#"$src"/}
+  if ! [[ $rel =~ $source_pattern ]]; then
+    [[ $rel =~ $other_pattern ]] || violation "$rel is neither a source file nor a known kind of file"
+    continue
+  fi
+  files=$((files + 1))
+  layer=${rel%%/*}
+  [ "$layer" != "$rel" ] && [ -n "${allowed[$layer]+x}" ] || {
+    violation "$rel is in an unknown layer '$layer'"
+    continue
+  }
+  while IFS= read -r line || [ -n "$line" ]; do
+    [[ $line =~ $directive ]] || continue
+    if ! [[ $line =~ $named ]]; then
+      violation "$rel: cannot check the computed include '$line'"
+      continue
     fi
-  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$file")
-done < <(find "$src" -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh')
-echo "layering: $checked includes checked"
+    included=${BASH_REMATCH[2]}
+    target=$(target_of "$file" "$included")
+    [ -n "$target" ] || continue
+    checked=$((checked + 1))
+    if [[ $target == ../* || $target == */../* ]]; then
+      violation "$rel includes '$included', which leaves src/"
+    elif [[ $rel == "$kernels"/* ]]; then
+      [[ $target == "$kernels"/* || $target == core/counter_rng.h ]] ||
+        violation "$rel includes '$included', but a kernel may use only its own folder and core/counter_rng.h"
+    elif [[ " ${allowed[$layer]} " != *" ${target%%/*} "* ]]; then
+      violation "$rel includes '$included', but $layer may use only: ${allowed[$layer]}"
+    fi
+  done <"$file"
+done < <(find "$src" -type f -print0)
+
+[ "$files" -gt 0 ] || violation "no source file under $src"
+[ "$checked" -gt 0 ] || violation "no include of plumb's under $src"
+echo "layering: $checked includes in $files files checked"
 exit $status

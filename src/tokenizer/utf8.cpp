@@ -158,7 +158,8 @@ std::string unicode_normalize(std::string_view s, NormalForm form) {
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
                    &mapped, static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owner(mapped, &std::free);
-  PLUMB_CHECK(n >= 0, "Unicode normalization failed: {}", utf8proc_errmsg(n));
+  PLUMB_INTERNAL_CHECK(n >= 0, "Unicode normalization of text already validated as UTF-8 failed: {}",
+                       utf8proc_errmsg(n));
   return std::string(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
 }
 

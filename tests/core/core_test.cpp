@@ -1,5 +1,6 @@
 // Tests for core: BF16/F16 conversions (exhaustive round trips and round-to-nearest-even at every midpoint), dtype
-// names, .npy round trips, parallel_for coverage and exception propagation, and FNV-1a against published values.
+// names, .npy round trips, parallel_for coverage and exception propagation, error kinds, and FNV-1a against published
+// values.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "core/dtype.h"
@@ -203,6 +205,27 @@ TEST(ParallelForTest, PropagatesExceptions) {
     for (int64_t i = begin; i < end; ++i) sum += i;
   });
   EXPECT_EQ(sum.load(), 4950);
+}
+
+// Error kind: the fuzz harness counts a kInternal error as a crash and a kInput one as a rejected input, so each macro
+// must raise its own kind.
+Error::Kind kind_thrown(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "nothing was thrown";
+  return Error::Kind::kInput;
+}
+
+TEST(ErrorTest, InternalChecksAreToldApartFromInputChecks) {
+  EXPECT_EQ(kind_thrown([] { PLUMB_CHECK(1 + 1 == 3, "bad input {}", 3); }), Error::Kind::kInput);
+  EXPECT_EQ(kind_thrown([] { PLUMB_FAIL("bad input"); }), Error::Kind::kInput);
+  EXPECT_EQ(kind_thrown([] { PLUMB_INTERNAL_CHECK(1 + 1 == 3, "broken invariant {}", 3); }), Error::Kind::kInternal);
+  EXPECT_THAT([] { PLUMB_INTERNAL_CHECK(false, "broken invariant {}", 3); },
+              ThrowsMessage<Error>(HasSubstr("internal error: broken invariant 3")));
+  EXPECT_NO_THROW(PLUMB_INTERNAL_CHECK(true, "never"));
 }
 
 TEST(HashTest, Fnv1a64MatchesPublishedValues) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backends/cuda/kernels/attention.h"
 
@@ -371,14 +372,21 @@ void launch_attention_padded(const AttentionParams& params, cudaStream_t stream)
   attention_kernel<kDimPad, kFault><<<grid, kThreads, kBytes, stream>>>(params);
 }
 
+// Calls fn with the head dim padded to the next supported multiple of 16 (zeros in the padding add nothing to Q·Kᵀ),
+// as a std::integral_constant.
+template <class Fn>
+decltype(auto) visit_dim_pad(int head_dim, Fn&& fn) {
+  if (head_dim <= 16) return fn(std::integral_constant<int, 16>{});
+  if (head_dim <= 32) return fn(std::integral_constant<int, 32>{});
+  if (head_dim <= 64) return fn(std::integral_constant<int, 64>{});
+  if (head_dim <= 128) return fn(std::integral_constant<int, 128>{});
+  return fn(std::integral_constant<int, 256>{});
+}
+
 template <KernelFault kFault>
 void launch_attention_fault(const AttentionParams& params, cudaStream_t stream) {
-  // The head dim padded to the next supported multiple of 16 (zeros in the padding add nothing to Q·Kᵀ).
-  if (params.head_dim <= 16) return launch_attention_padded<16, kFault>(params, stream);
-  if (params.head_dim <= 32) return launch_attention_padded<32, kFault>(params, stream);
-  if (params.head_dim <= 64) return launch_attention_padded<64, kFault>(params, stream);
-  if (params.head_dim <= 128) return launch_attention_padded<128, kFault>(params, stream);
-  launch_attention_padded<256, kFault>(params, stream);
+  visit_dim_pad(params.head_dim,
+                [&](auto pad) { launch_attention_padded<decltype(pad)::value, kFault>(params, stream); });
 }
 
 }  // namespace
@@ -400,6 +408,10 @@ void launch_kv_cache_write(const KvCacheWriteParams& params, KernelFault fault, 
     kv_cache_write_kernel<KernelFault::kKvWriteIgnoresPageTable><<<grid, 64, 0, stream>>>(params);
   else
     kv_cache_write_kernel<KernelFault::kNone><<<grid, 64, 0, stream>>>(params);
+}
+
+size_t attention_smem_bytes(int head_dim) {
+  return visit_dim_pad(head_dim, [](auto pad) { return TileLayout<decltype(pad)::value>::kBytes; });
 }
 
 void launch_attention(const AttentionParams& params, KernelFault fault, cudaStream_t stream) {

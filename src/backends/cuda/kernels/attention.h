@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cuda/kernels/fault.h"
@@ -80,5 +81,8 @@ void launch_kv_cache_write(const KvCacheWriteParams& params, KernelFault fault, 
 // Flash attention over the paged caches (already holding the new keys and values); faults kAttentionCausalOffByOne,
 // kAttentionMissingBarrier and kAttentionPageTableIgnored select the planted variants.
 void launch_attention(const AttentionParams& params, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory (bytes) launch_attention gives attention_kernel for a head dim: the resource records
+// list it, as ptxas sees only static shared memory.
+size_t attention_smem_bytes(int head_dim);
 
 }  // namespace plumb::cuda

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) moe_combine_kernel(const 
 
 template <KernelFault kFault>
 void launch_moe_group_as(const MoeGroupParams& params, cudaStream_t stream) {
-  const int smem = kGroupWarps * params.experts * static_cast<int>(sizeof(int32_t));
+  const int smem = moe_group_smem_bytes(params.experts);
   if (smem > 48 * 1024) {
     // Allow the kernel all the shared memory the device offers, once per device. A failure, or a device offering
     // too little for this many experts, surfaces at the launch, which the caller checks.
@@ -208,6 +208,10 @@ void launch_moe_silu_mul_as(const MoeSiluMulParams& params, int64_t count, cudaS
 }
 
 }  // namespace
+
+int moe_group_smem_bytes(int experts) {
+  return kGroupWarps * experts * static_cast<int>(sizeof(int32_t));
+}
 
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream) {
   if (params.pairs == 0) return;

@@ -47,6 +47,8 @@ struct MoeGroupParams {
   int32_t* num_tiles = nullptr;  // [1] out
 };
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory (bytes) launch_moe_group gives its kernel for an expert count (for the resource records).
+int moe_group_smem_bytes(int experts);
 
 // act[s, i] = SiLU(gate_up[s, i]) · gate_up[s, inter + i]. gate_up [rows, 2·inter] F32; act [rows, inter] F32, or
 // BF16 bits (rounded to nearest even) when act_bf16.

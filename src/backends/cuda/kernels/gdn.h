@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cuda/kernels/fault.h"
@@ -112,6 +113,13 @@ struct GdnChunkedPlan {
 // (chunk, key head) in parallel, then each run's chunks in order, parallel over value heads and value columns. Reads
 // params' tensors and scalars; the plan lists the work. Faults kGdnGateSign,
 // kGdnChunkBoundaryOffByOne and kGdnMissingBarrier select planted variants.
+// The dynamic shared memory (bytes) launch_gdn_chunked gives its two kernels for a key head dim: the prepare pass,
+// and the state pass in slices of kCols = 32 value columns (where the device allows that much) or 8. For the
+// resource records.
+size_t gdn_chunk_prepare_smem_bytes(int key_dim);
+template <int kCols>
+size_t gdn_chunk_state_smem_bytes(int key_dim);
+
 void launch_gdn_chunked(const GatedDeltaRuleParams& params, const GdnChunkedPlan& plan, KernelFault fault,
                         cudaStream_t stream);
 

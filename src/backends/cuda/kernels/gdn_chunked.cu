@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 
 template <int kCols, KernelFault kFault>
 void launch_state(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cudaStream_t stream) {
-  const size_t bytes = static_cast<size_t>(StateLayout<kCols>(p.key_dim).total) * sizeof(float);
+  const size_t bytes = gdn_chunk_state_smem_bytes<kCols>(p.key_dim);
   // Over 48 KB of dynamic shared memory must be allowed explicitly; a failure shows in the launch's own error.
   cudaFuncSetAttribute(gdn_chunk_state_kernel<kCols, kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(bytes));
@@ -383,12 +383,19 @@ void launch_state_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& pla
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   // 32-column slices where they fit (dk <= 128 on sm_90), else 8-column slices; the slice width never changes a
   // result (each output element's k-steps are the same).
-  if (static_cast<size_t>(StateLayout<32>(p.key_dim).total) * sizeof(float) <= static_cast<size_t>(optin))
+  if (gdn_chunk_state_smem_bytes<32>(p.key_dim) <= static_cast<size_t>(optin))
     return launch_state<32, kFault>(p, plan, stream);
   return launch_state<8, kFault>(p, plan, stream);
 }
 
 }  // namespace
+
+template <int kCols>
+size_t gdn_chunk_state_smem_bytes(int key_dim) {
+  return static_cast<size_t>(StateLayout<kCols>(key_dim).total) * sizeof(float);
+}
+template size_t gdn_chunk_state_smem_bytes<8>(int);
+template size_t gdn_chunk_state_smem_bytes<32>(int);
 
 void launch_gdn_chunked(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, KernelFault fault,
                         cudaStream_t stream) {

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kPrepareThreads, 2)
 
 template <KernelFault kFault>
 void launch_prepare_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cudaStream_t stream) {
-  const size_t bytes = static_cast<size_t>(PrepareLayout(p.key_dim).total) * sizeof(float);
+  const size_t bytes = gdn_chunk_prepare_smem_bytes(p.key_dim);
   // Over 48 KB of dynamic shared memory must be allowed explicitly; a failure shows in the launch's own error.
   cudaFuncSetAttribute(gdn_chunk_prepare_kernel<kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(bytes));
@@ -282,6 +282,10 @@ void launch_prepare_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& p
 }
 
 }  // namespace
+
+size_t gdn_chunk_prepare_smem_bytes(int key_dim) {
+  return static_cast<size_t>(PrepareLayout(key_dim).total) * sizeof(float);
+}
 
 void launch_gdn_chunk_prepare(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, KernelFault fault,
                               cudaStream_t stream) {

@@ -414,6 +414,28 @@ bool linear_stages_bf16(LinearShape shape) {
   return visit_shape(shape, [](auto s) { return !std::is_same_v<typename decltype(s)::XElem, float>; });
 }
 
+int linear_smem_bytes(LinearShape shape) {
+  return visit_shape(shape, [](auto s) {
+    using S = decltype(s);
+    if constexpr (std::is_same_v<S, F32Shape>) {
+      return 0;
+    } else {
+      return S::kSmemBytes;
+    }
+  });
+}
+
+int linear_ring_smem_bytes(LinearShape shape, int rows) {
+  return visit_shape(shape, [rows](auto s) {
+    using S = decltype(s);
+    if constexpr (IsStream<S>::value) {
+      return linear_stream_ring_smem_bytes<S>(rows);
+    } else {
+      return 0;
+    }
+  });
+}
+
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream) {
   if (fault == KernelFault::kLinearDropsLastKTile) {
     launch_linear_variant<KernelFault::kLinearDropsLastKTile>(params, stream);

@@ -74,6 +74,11 @@ struct LinearParams {
 // forced variant is refused, never replaced; launch_linear takes only params this accepts.
 const char* linear_launch_refusal(const LinearParams& params);
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory (bytes) launch_linear gives a shape's kernel (0 for kF32), and the shared-memory ring
+// kernel that kStream8 and kStream16 hand a plain product of `rows` rows to where it fits (0 for other shapes). For
+// the resource records.
+int linear_smem_bytes(LinearShape shape);
+int linear_ring_smem_bytes(LinearShape shape, int rows);
 
 // One way of running a product: what LinearParams' shape, stream_kernel and stream_warps pin.
 struct LinearVariant {

@@ -199,5 +199,8 @@ void launch_linear_stream(const LinearParams& p, bool vec, KernelFault fault, cu
 // linear_launch_refusal for streaming shape S.
 template <class S>
 const char* linear_stream_refusal(const LinearParams& p);
+// The dynamic shared memory of the ring kernel streaming shape S hands a plain product of `rows` rows to (0: none).
+template <class S>
+int linear_stream_ring_smem_bytes(int rows);
 
 }  // namespace plumb::cuda::linear_detail

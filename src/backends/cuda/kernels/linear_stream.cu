@@ -415,4 +415,18 @@ template void launch_linear_stream<Stream16>(const LinearParams&, bool, KernelFa
 template void launch_linear_stream<Stream32>(const LinearParams&, bool, KernelFault, cudaStream_t);
 template void launch_linear_stream<Stream64>(const LinearParams&, bool, KernelFault, cudaStream_t);
 
+template <class S>
+int linear_stream_ring_smem_bytes(int rows) {
+  using R = typename RingFor<S>::type;
+  if constexpr (std::is_void_v<R>) {
+    return 0;
+  } else {
+    return R::ring_bytes(rows);
+  }
+}
+template int linear_stream_ring_smem_bytes<Stream8>(int);
+template int linear_stream_ring_smem_bytes<Stream16>(int);
+template int linear_stream_ring_smem_bytes<Stream32>(int);
+template int linear_stream_ring_smem_bytes<Stream64>(int);
+
 }  // namespace plumb::cuda::linear_detail

@@ -491,9 +491,13 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
 
 }  // namespace
 
+size_t moe_route_smem_bytes(int experts, int top_k) {
+  return static_cast<size_t>(experts + top_k) * sizeof(float);
+}
+
 void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(params.tokens));
-  const size_t shared = static_cast<size_t>(params.experts + params.top_k) * sizeof(float);
+  const size_t shared = moe_route_smem_bytes(params.experts, params.top_k);
   if (fault == KernelFault::kRouteTiesToHigher)
     moe_route_kernel<KernelFault::kRouteTiesToHigher><<<grid, kRouteThreads, shared, stream>>>(params);
   else

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cuda/kernels/fault.h"
@@ -28,6 +29,8 @@ struct MoeRouteParams {
   bool renormalize = false;
 };
 void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory (bytes) launch_moe_route gives its kernel (for the resource records).
+size_t moe_route_smem_bytes(int experts, int top_k);
 
 // One row's draw, prepared on the host from a TokenDraw.
 struct SampleDraw {
