@@ -320,7 +320,13 @@ def generate(binary, args, ids, work, tag):
         ids_arg = "@" + path
     argv = [binary, "generate", "--model", args.model, "--ids", ids_arg, "--max-tokens", str(args.max_tokens)]
     argv += ["--ignore-eos", "--print-ids", "--hash", "--device", args.device]
-    return parse_generate(run(argv, os.path.join(work, tag + ".log"), stdout_to_log=False))
+    try:
+        stdout = run(argv, os.path.join(work, tag + ".log"), stdout_to_log=False)
+    except HarnessError as e:
+        if ids_arg.startswith("@"):
+            raise HarnessError(f"{e}\n(a prompt of {len(ids)} ids needs --ids @FILE, which plumb reads since 2026-12)")
+        raise
+    return parse_generate(stdout)
 
 
 def token_tables(result):
