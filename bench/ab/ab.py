@@ -184,6 +184,10 @@ def pct(part, whole):
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
+def shown_command(argv):
+    return " ".join(w if w in ("{plumb}", "{json}") else shlex.quote(w) for w in argv)
+
+
 def bench_tables(result):
     a, b = result["a"]["label"], result["b"]["label"]
     head = ["figure", "A median", "A min-max", "A res.", "B median", "B min-max", "B res.", "B vs A", "verdict"]
@@ -207,13 +211,14 @@ def bench_tables(result):
     for name, side in result["unmatched"].items():
         rows.append([name, "", "", "", "", "", "", "", f"only in {side.upper()}"])
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    text = f"A = {a}, B = {b}\n" + "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in [head] + rows)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in [head] + rows]
+    text = f"A = {a}, B = {b}\n" + "\n".join(lines)
     note = (
         f"{result['rounds']} rounds of each side (A B, B A, ...) after one warm-up each; res. = max - min of a "
         f"side's rounds, in % of its median; a gain or loss only where |B - A| exceeds both resolutions."
     )
     md = [
-        f"`{shlex.join(result['command'])}`, A = {a}, B = {b}, {result['date']}, {result['host']}"
+        f"`{shown_command(result['command'])}`, A = {a}, B = {b}, {result['date']}, {result['host']}"
         + (" (the same binary on both sides)" if result["same_binary"] else ""),
         "",
         "| " + " | ".join(head) + " |",
@@ -324,7 +329,8 @@ def generate(binary, args, ids, work, tag):
         stdout = run(argv, os.path.join(work, tag + ".log"), stdout_to_log=False)
     except HarnessError as e:
         if ids_arg.startswith("@"):
-            raise HarnessError(f"{e}\n(a prompt of {len(ids)} ids needs --ids @FILE, which plumb reads since 2026-12)")
+            hint = f"a prompt of {len(ids)} ids needs --ids @FILE, which plumb reads from commit 7a0a455 on"
+            raise HarnessError(f"{e}\n({hint})")
         raise
     return parse_generate(stdout)
 

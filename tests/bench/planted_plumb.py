@@ -54,9 +54,11 @@ def generate(mode, real, args):
         ids = [int(x) for x in lines[0].split()]
         ids[3:] = [x + 1 for x in ids[3:]]
         lines[0] = " ".join(map(str, ids))
-        lines = [("tokens %016x" % zlib.crc32(lines[0].encode())) if line.startswith("tokens ") else line for line in lines]
+        changed = "tokens %016x" % zlib.crc32(lines[0].encode())
+        lines = [changed if line.startswith("tokens ") else line for line in lines]
     if mode == "state":
-        lines = [("layer0.recurrent 0000000000000000" if line.startswith("layer0.recurrent ") else line) for line in lines]
+        changed = "layer0.recurrent 0000000000000000"
+        lines = [changed if line.startswith("layer0.recurrent ") else line for line in lines]
     print("\n".join(lines))
     return 0
 
