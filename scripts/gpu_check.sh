@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [heldout] [demo]  (no argument: all)
+#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [heldout] [demo] [ab]  (no argument: all;
+#   ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape, and its bit-identity across row counts
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
@@ -10,6 +11,9 @@
 # bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # heldout   plumb (CPU) against transformers on held-out models (tools/heldout_check.py)
 # demo      the default model generating text on the GPU
+# ab        bench/ab/ab.py: a baseline plumb (A: $PLUMB_AB_BASE, default build/ab-base/bin/plumb, unpacked from
+#           a carried build/ab-base/bin.tar.xz) against build/device's (B): plumb bench in alternating rounds (35B shapes, B=1
+#           and 16, prefill 2K) and a greedy token A/B on models/default at $PLUMB_AB_LENGTHS (default 2048,8192)
 # Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +25,11 @@ export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PLUMB_REQUIRE_GPU=1
 out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
-steps=${*:-linear harness e2e sanitize bench heldout demo}
+ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
+[ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
+default_steps="linear harness e2e sanitize bench heldout demo"
+[ -x "$ab_base" ] && default_steps+=" ab"
+steps=${*:-$default_steps}
 declare -A result
 want() { [[ " $steps " == *" $1 "* ]]; }
 record() { result[$1]=$2; echo "== $1: $2"; }
@@ -138,6 +146,28 @@ if want demo; then
   [ "$answered" = 16 ] || ok=FAIL
   kill $server 2>/dev/null
   record demo $ok
+fi
+
+if want ab; then
+  echo "== A/B: $ab_base (A) against $plumb (B)"
+  ok=pass
+  if [ -x "$ab_base" ]; then
+    ab=(python3 bench/ab/ab.py)
+    sides=(--a "$ab_base" --b "$plumb" --label-a "${PLUMB_AB_LABEL_A:-baseline}" --label-b "$commit")
+    timeout 300 "${ab[@]}" bench "${sides[@]}" --rounds "${PLUMB_AB_ROUNDS:-5}" --json "$out/ab_bench.json" \
+      --markdown "$out/ab_bench.md" --work "$out/ab_bench" -- {plumb} bench --device cuda --synthetic \
+      --model qwen3.5-35b-a3b --batches 1,16 --prefill 2048 --prefill-repeats 1 --steps 5 --warmup 2 --skip-kernels \
+      --copy-mib 1024 --json {json} 2>"$out/ab_bench.log" || ok=FAIL
+    timeout 200 "${ab[@]}" tokens "${sides[@]}" --model models/default --lengths "${PLUMB_AB_LENGTHS:-2048,8192}" \
+      --prompts 3 --max-tokens 32 --device cuda --json "$out/ab_tokens.json" --markdown "$out/ab_tokens.md" \
+      --work "$out/ab_tokens" 2>"$out/ab_tokens.log" || ok=FAIL
+    [ $ok = pass ] || tail -n 15 "$out/ab_bench.log" "$out/ab_tokens.log"
+  else
+    echo "ab: no baseline binary at $ab_base (build the baseline commit with scripts/build_device.sh and carry its"
+    echo "    bin.tar.xz as build/ab-base/bin.tar.xz, or set PLUMB_AB_BASE)"
+    ok=FAIL
+  fi
+  record ab $ok
 fi
 
 echo "== summary ($commit)"

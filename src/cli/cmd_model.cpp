@@ -185,7 +185,7 @@ void register_model_commands(CLI::App& app) {
   auto logits_args = std::make_shared<LogitsArgs>();
   CLI::App* logits = app.add_subcommand("logits", "Write the float32 logits [T, vocab] of one prefill as .npy");
   logits->add_option("--model", logits_args->model, "model folder")->required();
-  logits->add_option("--ids", logits_args->ids, "token ids, comma-separated")->required();
+  logits->add_option("--ids", logits_args->ids, "token ids, comma-separated (or @FILE)")->required();
   logits->add_option("--out", logits_args->out, "output .npy file");
   logits->add_option("--device", logits_args->device, kDeviceHelp);
   logits->add_flag("--hash", logits_args->hash, "print FNV-1a hashes of the logits and every layer's final state");
@@ -203,7 +203,7 @@ void register_model_commands(CLI::App& app) {
   auto gen_args = std::make_shared<GenerateArgs>();
   CLI::App* gen = app.add_subcommand("generate", "Generate tokens after a prompt");
   gen->add_option("--model", gen_args->model, "model folder")->required();
-  gen->add_option("--ids", gen_args->ids, "prompt token ids, comma-separated");
+  gen->add_option("--ids", gen_args->ids, "prompt token ids, comma-separated (or @FILE)");
   gen->add_option("--prompt", gen_args->prompt, "prompt text, encoded with the model folder's tokenizer.json");
   gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
   gen->add_option("--max-tokens", gen_args->max_tokens, "most tokens to generate");

@@ -1,12 +1,23 @@
 #include "cli/parse.h"
 
+#include <cctype>
 #include <charconv>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 
 namespace plumb::cli {
 
-std::vector<int32_t> parse_token_ids(const std::string& text, const char* flag, int64_t vocab_size) {
+std::vector<int32_t> parse_token_ids(const std::string& arg, const char* flag, int64_t vocab_size) {
+  // Linux caps one argument at 128 KiB, about 25K ids: longer prompts come from a file.
+  std::string text = arg;
+  if (arg.starts_with('@')) {
+    std::ifstream in(arg.substr(1));
+    PLUMB_CHECK(in.good(), "{} {}: cannot open the file", flag, arg);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  }
   std::vector<int32_t> ids;
   size_t begin = 0;
   while (begin <= text.size()) {

@@ -7,7 +7,8 @@
 
 namespace plumb::cli {
 
-// "5,17,2" → {5, 17, 2}. Every id must be an integer in [0, vocab_size).
+// "5,17,2" → {5, 17, 2}; "@FILE" reads the same list from FILE (trailing whitespace ignored). Every id must be an
+// integer in [0, vocab_size).
 std::vector<int32_t> parse_token_ids(const std::string& text, const char* flag, int64_t vocab_size);
 
 }  // namespace plumb::cli
