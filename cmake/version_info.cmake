@@ -1,6 +1,7 @@
 # Writes OUT from IN with the source tree's git commit, at every build: configure_file leaves OUT untouched when the
 # commit is unchanged, so only a new commit (or a change between clean and dirty) recompiles it.
-# Run as: cmake -DSOURCE_DIR=... -DIN=... -DOUT=... -DPLUMB_VERSION=... -DPLUMB_CUDA_ARCHS_TEXT=... -P version_info.cmake
+# Run as: cmake -DSOURCE_DIR=... -DIN=... -DOUT=... -DPLUMB_VERSION=... -DPLUMB_CUDA_ARCHS_TEXT=...
+#   -P version_info.cmake
 set(PLUMB_GIT_COMMIT "unknown")
 find_package(Git QUIET)
 if(GIT_FOUND)
