@@ -6,9 +6,11 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/device.h"
 #include "cli/model_report.h"
 #include "cli/parse.h"
+#include "cli/timings.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/npy.h"
@@ -120,6 +122,8 @@ struct GenerateArgs {
   int64_t max_tokens = 32;
   SamplingParams sampling;
   bool print_ids = false, ignore_eos = false, hash = false;
+  bool quiet = false;    // no notices or timings on stderr
+  bool verbose = false;  // also the seed, so a sampled run can be reproduced
 };
 
 // The prompt's ids: --ids as given, --prompt through the model folder's tokenizer, --chat through its chat template
@@ -144,6 +148,7 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<token
 }
 
 void run_generate(const GenerateArgs& a) {
+  GenerationTimer timer;
   const auto backend = make_backend(a.device);
   const Qwen3NextModel model = open_model(a.model, *backend);
   const int64_t vocab = model.config().vocab_size;
@@ -156,10 +161,15 @@ void run_generate(const GenerateArgs& a) {
   options.stop_ids =
       a.stop_ids.empty() ? default_stop_ids(a.model, model.config()) : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
   if (a.ignore_eos) options.stop_ids.clear();
+  if (a.verbose)
+    std::fprintf(stderr, "plumb: seed %llu (--seed %llu reproduces this run)\n",
+                 static_cast<unsigned long long>(a.sampling.seed), static_cast<unsigned long long>(a.sampling.seed));
   // Text is printed as it streams, whole UTF-8 characters at a time; without a tokenizer, ids are.
   std::optional<tokenizer::StreamDecoder> text;
   if (tok && !a.print_ids) text.emplace(*tok, tokenizer::SpecialTokens::kSkip);
+  timer.loaded();
   const GenerateResult result = generate(model, prompt, options, [&](int32_t id) {
+    timer.token();
     if (a.print_ids) return;
     if (text)
       std::fputs(text->push(id).c_str(), stdout);
@@ -167,6 +177,7 @@ void run_generate(const GenerateArgs& a) {
       std::printf("%d ", id);
     std::fflush(stdout);
   });
+  timer.finished();
   if (text) std::fputs(text->flush().c_str(), stdout);
   if (a.print_ids) {
     for (size_t i = 0; i < result.tokens.size(); ++i) std::printf(i ? " %d" : "%d", result.tokens[i]);
@@ -177,6 +188,13 @@ void run_generate(const GenerateArgs& a) {
     print_hash("tokens", fnv1a64(t.data(), t.size() * sizeof(int32_t)));
     print_state_hashes(model, result.state);
   }
+  std::fflush(stdout);
+  if (!a.quiet)
+    std::fputs(timer
+                   .report(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(result.tokens.size()),
+                           result.finish == FinishReason::kStop)
+                   .c_str(),
+               stderr);
 }
 
 }  // namespace
@@ -202,7 +220,7 @@ void register_model_commands(CLI::App& app) {
 
   auto gen_args = std::make_shared<GenerateArgs>();
   CLI::App* gen = app.add_subcommand("generate", "Generate tokens after a prompt");
-  gen->add_option("--model", gen_args->model, "model folder")->required();
+  gen->add_option("--model", gen_args->model, kModelHelp);
   gen->add_option("--ids", gen_args->ids, "prompt token ids, comma-separated (or @FILE)");
   gen->add_option("--prompt", gen_args->prompt, "prompt text, encoded with the model folder's tokenizer.json");
   gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
@@ -212,20 +230,31 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--top-p", gen_args->sampling.top_p, "keep the most likely tokens up to this mass");
   gen->add_option("--min-p", gen_args->sampling.min_p, "drop tokens below this fraction of the best one");
   gen->add_option("--repetition-penalty", gen_args->sampling.repetition_penalty, "1 for none");
-  gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run");
+  CLI::Option* seed =
+      gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run (default: a fresh one each run)")
+          ->default_str("random");
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");
   gen->add_flag("--ignore-eos", gen_args->ignore_eos, "generate --max-tokens tokens whatever is drawn");
   gen->add_option("--device", gen_args->device, kDeviceHelp);
   gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");
   gen->add_flag("--hash", gen_args->hash, "print FNV-1a hashes of the generated ids and every layer's final state");
-  gen->callback([gen_args] { run_generate(*gen_args); });
+  gen->add_flag("--quiet,-q", gen_args->quiet, "print no notices or timings on stderr");
+  gen->add_flag("--verbose,-v", gen_args->verbose, "also print the seed on stderr");
+  gen->callback([gen_args, seed] {
+    gen_args->model = model_dir_or_default(gen_args->model, gen_args->quiet);
+    if (seed->count() == 0) gen_args->sampling.seed = fresh_seed();
+    run_generate(*gen_args);
+  });
 
   auto inspect_args = std::make_shared<InspectArgs>();
   CLI::App* inspect =
       app.add_subcommand("inspect", "Summarize a model folder: architecture, parameters, bytes per token");
   inspect->add_option("--model", inspect_args->model, "model folder")->required();
-  inspect->add_option("--context", inspect_args->context, "context length for the KV bytes of one decode step");
+  inspect
+      ->add_option<std::optional<int64_t>, int64_t>("--context", inspect_args->context,
+                                                    "context length for the KV bytes of one decode step")
+      ->default_str("the model's max_position_embeddings");
   inspect->callback([inspect_args] { print_model_report(*inspect_args); });
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/device.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -29,6 +30,8 @@ struct ServeArgs {
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
   int64_t kv_pages = 0;        // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
   double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
+  std::string log_format = "text";
+  double log_interval = 5.0;  // seconds between throughput lines while busy
 };
 
 // KV pages the server admits work for: --kv-pages, else as many as --kv-cache-gib holds, else a full context for
@@ -64,6 +67,10 @@ void run_serve(const ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Checked before the model loads, which can take minutes.
+  const server::LogFormat log_format = server::parse_log_format(a.log_format);
+  PLUMB_CHECK(a.log_interval >= 0.0 && a.log_interval <= 86400.0,
+              "--log-interval must be in [0, 86400] seconds, got {}", a.log_interval);
   const auto backend = make_backend(a.device);
   const Qwen3NextModel model = open_model(a.model, *backend);
   const server::ModelText text = server::ModelText::from_dir(a.model);
@@ -84,6 +91,8 @@ void run_serve(const ServeArgs& a) {
   options.host = a.host;
   options.port = a.port;
   options.api_key = a.api_key;
+  options.log_format = log_format;
+  options.log_interval = std::chrono::milliseconds(static_cast<int64_t>(a.log_interval * 1000.0));
   options.model_name = a.served_model_name.empty()
                            ? std::filesystem::path(a.model).lexically_normal().filename().string()
                            : a.served_model_name;
@@ -108,7 +117,7 @@ void run_serve(const ServeArgs& a) {
 void register_serve_commands(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* serve = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  serve->add_option("--model", args->model, "model folder (with tokenizer.json)")->required();
+  serve->add_option("--model", args->model, std::string(kModelHelp) + ", with tokenizer.json");
   serve->add_option("--host", args->host, "address to listen on");
   serve->add_option("--port", args->port, "port to listen on (0: any free port)");
   serve->add_option("--device", args->device, kDeviceHelp);
@@ -121,7 +130,13 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--kv-cache-gib", args->kv_cache_gib, "GiB of KV-cache pages to reserve at start");
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
   serve->add_option("--served-model-name", args->served_model_name, "model id clients use (default: folder name)");
-  serve->callback([args] { run_serve(*args); });
+  serve->add_option("--log-format", args->log_format,
+                    "stderr log of requests and throughput: text (key=value), json (one object a line) or none");
+  serve->add_option("--log-interval", args->log_interval, "seconds between throughput lines while busy (0: none)");
+  serve->callback([args] {
+    args->model = model_dir_or_default(args->model, /*quiet=*/false);
+    run_serve(*args);
+  });
 }
 
 }  // namespace plumb::cli

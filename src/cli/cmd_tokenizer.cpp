@@ -1,5 +1,6 @@
 // plumb tokenize / detokenize / render: the tokenizer and chat template of a model folder, from the command line.
-// Output is exactly what the library returns, so the commands double as a way to diff plumb against Hugging Face.
+// Output is exactly what the library returns (detokenize adds one newline, as tokenize does, so a shell prompt does
+// not run on after the text), so the commands double as a way to diff plumb against Hugging Face.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -87,7 +88,8 @@ void register_tokenizer_commands(CLI::App& app) {
   cmd->callback([detokenize] {
     const auto tok = tokenizer::Tokenizer::from_dir(detokenize->tokenizer);
     write(tok.decode(parse_ids(detokenize->ids),
-                     detokenize->skip_special ? tokenizer::SpecialTokens::kSkip : tokenizer::SpecialTokens::kKeep));
+                     detokenize->skip_special ? tokenizer::SpecialTokens::kSkip : tokenizer::SpecialTokens::kKeep) +
+          "\n");
   });
 
   auto render = std::make_shared<RenderOptions>();

@@ -48,8 +48,9 @@ std::string human_bytes(double bytes) {
 }  // namespace
 
 void print_model_report(const InspectArgs& args) {
-  PLUMB_CHECK(args.context >= 0, "--context must be >= 0, got {}", args.context);
   const ModelConfig c = load_model_config(args.model);
+  const int64_t context = args.context.value_or(c.max_position_embeddings);
+  PLUMB_CHECK(context >= 0, "--context must be >= 0, got {}", context);
   const CheckpointFiles files = CheckpointFiles::open(args.model);
   ModelWeights shapes_only;
   const std::vector<WeightSlot> table =
@@ -104,6 +105,7 @@ void print_model_report(const InspectArgs& args) {
                c.norm_topk_prob ? ", renormalized" : "");
   if (c.num_layers - moe_layers > 0)
     fmt::print("dense mlp    {} layers, width {}\n", c.num_layers - moe_layers, c.intermediate_size);
+  fmt::print("context      {} tokens (max_position_embeddings)\n", c.max_position_embeddings);
   if (c.fp8) fmt::print("quantization fp8 e4m3, blocks {}x{}\n", c.fp8->block_rows, c.fp8->block_cols);
 
   fmt::print("\nparameters by kind (as stored)\n");
@@ -120,8 +122,8 @@ void print_model_report(const InspectArgs& args) {
       4.0;
   const double kv_token_bytes =
       static_cast<double>(attn) * 2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;
-  const double kv_bytes = kv_token_bytes * static_cast<double>(args.context + 1);
-  fmt::print("\nbytes one decode step moves at batch 1, context {}\n", args.context);
+  const double kv_bytes = kv_token_bytes * static_cast<double>(context + 1);
+  fmt::print("\nbytes one decode step moves at batch 1, context {}\n", context);
   fmt::print("  {:<34} {:>14}\n", "weights (top-k experts, as stored)", human_bytes(step_weight_bytes));
   fmt::print("  {:<34} {:>14}\n", "recurrent + conv state (fp32, r+w)", human_bytes(state_bytes));
   fmt::print("  {:<34} {:>14}\n", "kv cache (bf16)", human_bytes(kv_bytes));

@@ -3,13 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace plumb::cli {
 
 struct InspectArgs {
   std::string model;
-  int64_t context = 4096;  // tokens already in the KV cache when the step runs
+  std::optional<int64_t> context;  // tokens already in the KV cache when the step runs; absent: the model's own
 };
 
 void print_model_report(const InspectArgs& args);

@@ -4,12 +4,19 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
 
 namespace plumb {
+
+uint64_t fresh_seed() {
+  std::random_device device;
+  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return bits & ((uint64_t{1} << 53) - 1);
+}
 
 std::vector<int32_t> tokens_by_score(const std::vector<float>& scores) {
   const size_t n = scores.size();

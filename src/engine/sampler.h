@@ -21,6 +21,10 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// A seed for a request that names none, so unseeded sampled runs differ (as OpenAI and vLLM draw one). Drawn from
+// std::random_device below 2^53, so JSON clients that read numbers as doubles (JavaScript) get it back exactly.
+uint64_t fresh_seed();
+
 // Token ids ordered by score, highest first, equal scores by lower id (-0 and +0 are equal): the order of
 // std::stable_sort with `scores[a] > scores[b]`, made by four stable counting passes over the scores' bits, so a
 // 248K-token vocabulary takes a few milliseconds instead of a comparison sort's tens.

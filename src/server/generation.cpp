@@ -30,6 +30,7 @@ class GenerationRun {
         model_(model),
         exchange_(exchange),
         received_(received),
+        seed_(request.seed_given ? request.sampling.seed : fresh_seed()),
         chat_(request.endpoint == Endpoint::kChatCompletions),
         id_(random_id(chat_ ? "chatcmpl-" : "cmpl-")),
         created_(static_cast<int64_t>(std::time(nullptr))),
@@ -39,6 +40,9 @@ class GenerationRun {
                 request.parse_tool_calls ? ToolCallParsing::kOn : ToolCallParsing::kOff) {}
 
   int run();
+  GenerationRecord record() const {
+    return {static_cast<int64_t>(prompt_.size()), completion_tokens_, static_cast<int64_t>(seed_)};
+  }
 
  private:
   int refuse(int status, const std::string& message, const std::optional<std::string>& code = {}) {
@@ -60,6 +64,7 @@ class GenerationRun {
   ServedModel& model_;
   HttpExchange& exchange_;
   Clock::time_point received_;
+  uint64_t seed_;
   bool chat_;
   std::string id_;
   int64_t created_;
@@ -80,7 +85,9 @@ Json GenerationRun::chunk_base() const {
   Json j = {{"id", id_},
             {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
             {"created", created_},
-            {"model", model_.name}};
+            {"model", model_.name},
+            // Not OpenAI's: the seed the answer was sampled with (as the request's "seed" takes it), to reproduce it.
+            {"seed", static_cast<int64_t>(seed_)}};
   return j;
 }
 
@@ -243,6 +250,7 @@ int GenerationRun::run() {
   er.prompt = prompt_;
   er.max_tokens = max_tokens;
   er.sampling = request_.sampling;
+  er.sampling.seed = seed_;
   er.stop_ids = request_.stop_ids;
   if (!request_.ignore_eos)
     er.stop_ids.insert(er.stop_ids.end(), model_.text.eos_ids().begin(), model_.text.eos_ids().end());
@@ -345,8 +353,12 @@ int GenerationRun::run() {
 }  // namespace
 
 int serve_generation(const ApiRequest& request, const std::vector<int32_t>& prompt, bool prompt_opens_reasoning,
-                     ServedModel& model, HttpExchange& exchange, std::chrono::steady_clock::time_point received) {
-  return GenerationRun(request, prompt, prompt_opens_reasoning, model, exchange, received).run();
+                     ServedModel& model, HttpExchange& exchange, std::chrono::steady_clock::time_point received,
+                     GenerationRecord& record) {
+  GenerationRun generation(request, prompt, prompt_opens_reasoning, model, exchange, received);
+  const int status = generation.run();
+  record = generation.record();
+  return status;
 }
 
 }  // namespace plumb::server

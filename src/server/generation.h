@@ -12,6 +12,7 @@
 #include "server/metrics.h"
 #include "server/openai_api.h"
 #include "server/prompt.h"
+#include "server/server_log.h"
 
 namespace plumb::server {
 
@@ -25,8 +26,10 @@ struct ServedModel {
 // Status recorded for a request whose client disconnected before the answer was complete (nginx's convention).
 constexpr int kClientClosedRequest = 499;
 
-// Answers a parsed request whose prompt is `prompt` on `exchange`; returns the status it answered with.
+// Answers a parsed request whose prompt is `prompt` on `exchange`; returns the status it answered with and fills
+// `record` (tokens and the seed used: the request's, or a fresh one that every response object carries as "seed").
 int serve_generation(const ApiRequest& request, const std::vector<int32_t>& prompt, bool prompt_opens_reasoning,
-                     ServedModel& model, HttpExchange& exchange, std::chrono::steady_clock::time_point received);
+                     ServedModel& model, HttpExchange& exchange, std::chrono::steady_clock::time_point received,
+                     GenerationRecord& record);
 
 }  // namespace plumb::server

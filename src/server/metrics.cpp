@@ -53,6 +53,11 @@ void Metrics::observe_inter_token_latency(double seconds) {
   itl_.observe(seconds);
 }
 
+std::pair<uint64_t, uint64_t> Metrics::token_totals() const {
+  std::lock_guard lock(mutex_);
+  return {prompt_tokens_, generated_tokens_};
+}
+
 std::string Metrics::render(const EngineStats& engine) const {
   std::lock_guard lock(mutex_);
   std::string out;

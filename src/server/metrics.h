@@ -34,6 +34,8 @@ class Metrics {
   void count_tokens(int64_t prompt, int64_t generated);
   void observe_time_to_first_token(double seconds);
   void observe_inter_token_latency(double seconds);
+  // Prompt tokens of admitted requests and tokens generated, so far.
+  std::pair<uint64_t, uint64_t> token_totals() const;
   std::string render(const EngineStats& engine) const;
 
  private:

@@ -62,15 +62,18 @@ void parse_sampling(const Json& body, ApiRequest& r) {
   s.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
   s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
   s.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 1e-6, 1e6).value_or(1.0));
-  if (const std::optional<int64_t> seed = integer(body, "seed", std::numeric_limits<int64_t>::min(), kMax))
+  if (const std::optional<int64_t> seed = integer(body, "seed", std::numeric_limits<int64_t>::min(), kMax)) {
     s.seed = static_cast<uint64_t>(*seed);
+    r.seed_given = true;
+  }
 }
 
 void parse_common(const Json& body, ApiRequest& r) {
-  const Json* model = field(body, "model");
-  PLUMB_CHECK(model, "you must provide a model parameter");
-  PLUMB_CHECK(model->is_string(), "'model' must be a string, got {}", model->dump());
-  r.model = model->get<std::string>();
+  // Optional, as in llama.cpp's server: one model is served.
+  if (const Json* model = field(body, "model")) {
+    PLUMB_CHECK(model->is_string(), "'model' must be a string, got {}", model->dump());
+    r.model = model->get<std::string>();
+  }
   PLUMB_CHECK(integer(body, "n", 1, 1).value_or(1) == 1, "'n' must be 1");
   if (const Json* best_of = field(body, "best_of"))
     PLUMB_CHECK(*best_of == 1, "'best_of' other than 1 is not supported, got {}", best_of->dump());

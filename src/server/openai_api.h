@@ -19,7 +19,7 @@ enum class Endpoint { kCompletions, kChatCompletions };
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string model;
+  std::optional<std::string> model;  // absent: the served model
   // /v1/chat/completions
   Json messages;                          // [{role, content, ...}], content as the template expects it
   Json tools;                             // null or [{type: "function", function: {...}}]
@@ -32,6 +32,7 @@ struct ApiRequest {
 
   std::optional<int64_t> max_tokens;  // max_completion_tokens or max_tokens; absent: up to the context
   SamplingParams sampling;
+  bool seed_given = false;  // sampling.seed came with the request; otherwise the server draws a fresh one
   std::vector<std::string> stop;
   std::vector<int32_t> stop_ids;  // from stop_token_ids and integers in stop
   bool ignore_eos = false;

@@ -18,7 +18,8 @@ const std::set<std::string> kEndpoints = {"/",          "/health",         "/met
 Server::Server(Engine& engine, const ModelText& text, ServerOptions options)
     : options_(std::move(options)),
       model_{engine, text, metrics_, options_.model_name},
-      created_(static_cast<int64_t>(std::time(nullptr))) {
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      log_(options_.log_format, options_.log_interval, metrics_, engine) {
   http_ = std::make_unique<HttpServer>(
       options_.host, options_.port, [this](const HttpRequest& r, HttpExchange& e) { handle(r, e); },
       [](int status, const std::string& message) { return error_response(status, message); }, options_.limits);
@@ -33,11 +34,16 @@ void Server::handle(const HttpRequest& request, HttpExchange& exchange) {
   std::string endpoint = request.path;
   if (endpoint.rfind("/v1/models/", 0) == 0) endpoint = "/v1/models/{id}";
   if (!kEndpoints.count(endpoint) && endpoint != "/v1/models/{id}") endpoint = "other";
-  const int status = route(request, exchange, endpoint);
+  const auto received = std::chrono::steady_clock::now();
+  std::optional<GenerationRecord> generation;
+  const int status = route(request, exchange, endpoint, generation);
   metrics_.count_request(endpoint, status);
+  log_.request(request.method, request.path, status,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count(), generation);
 }
 
-int Server::route(const HttpRequest& request, HttpExchange& exchange, const std::string& endpoint) {
+int Server::route(const HttpRequest& request, HttpExchange& exchange, const std::string& endpoint,
+                  std::optional<GenerationRecord>& generation) {
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   if (endpoint == "other")
@@ -70,13 +76,15 @@ int Server::route(const HttpRequest& request, HttpExchange& exchange, const std:
                                             "model_not_found"));
     return reply(exchange, {200, "application/json", dump_json(model), {}});
   }
-  if (endpoint == "/v1/completions" && post) return generate(request, exchange, Endpoint::kCompletions);
-  if (endpoint == "/v1/chat/completions" && post) return generate(request, exchange, Endpoint::kChatCompletions);
+  if (endpoint == "/v1/completions" && post) return generate(request, exchange, Endpoint::kCompletions, generation);
+  if (endpoint == "/v1/chat/completions" && post)
+    return generate(request, exchange, Endpoint::kChatCompletions, generation);
   return reply(exchange,
                error_response(405, request.method + " is not allowed on " + request.path, "method_not_allowed"));
 }
 
-int Server::generate(const HttpRequest& http, HttpExchange& exchange, Endpoint endpoint) {
+int Server::generate(const HttpRequest& http, HttpExchange& exchange, Endpoint endpoint,
+                     std::optional<GenerationRecord>& generation) {
   const auto received = std::chrono::steady_clock::now();
   const Json body = Json::parse(http.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded())
@@ -88,9 +96,9 @@ int Server::generate(const HttpRequest& http, HttpExchange& exchange, Endpoint e
   bool opens_reasoning = false;
   try {
     request = parse_api_request(endpoint, body);
-    if (request.model != model_.name)
+    if (request.model && *request.model != model_.name)
       return reply(exchange,
-                   error_response(404, "The model `" + request.model + "` does not exist", "model_not_found"));
+                   error_response(404, "The model `" + *request.model + "` does not exist", "model_not_found"));
     if (endpoint == Endpoint::kChatCompletions) {
       const std::string text = model_.text.render_chat(request.messages, request.tools, request.template_kwargs);
       opens_reasoning = prompt_opens_reasoning(text);
@@ -101,7 +109,8 @@ int Server::generate(const HttpRequest& http, HttpExchange& exchange, Endpoint e
   } catch (const Error& e) {
     return reply(exchange, error_response(400, e.what()));
   }
-  return serve_generation(request, prompt, opens_reasoning, model_, exchange, received);
+  generation.emplace();
+  return serve_generation(request, prompt, opens_reasoning, model_, exchange, received, *generation);
 }
 
 }  // namespace plumb::server

@@ -2,6 +2,7 @@
 // Engine and the model folder's text side. Generation requests go to serve_generation (generation.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/prompt.h"
+#include "server/server_log.h"
 
 namespace plumb::server {
 
@@ -20,6 +22,8 @@ struct ServerOptions {
   std::string api_key;     // empty: no key needed
   std::string model_name;  // the id of the one model served
   HttpLimits limits;
+  LogFormat log_format = LogFormat::kNone;       // access and throughput lines on stderr
+  std::chrono::milliseconds log_interval{5000};  // between throughput lines while busy
 };
 
 class Server {
@@ -34,14 +38,18 @@ class Server {
 
  private:
   void handle(const HttpRequest& request, HttpExchange& exchange);
-  int route(const HttpRequest& request, HttpExchange& exchange, const std::string& endpoint);
-  int generate(const HttpRequest& request, HttpExchange& exchange, Endpoint endpoint);
+  // `generation` is set for a generation request, for its access line.
+  int route(const HttpRequest& request, HttpExchange& exchange, const std::string& endpoint,
+            std::optional<GenerationRecord>& generation);
+  int generate(const HttpRequest& request, HttpExchange& exchange, Endpoint endpoint,
+               std::optional<GenerationRecord>& generation);
   int reply(HttpExchange& exchange, const HttpResponse& response);
 
   ServerOptions options_;
   Metrics metrics_;
   ServedModel model_;
   int64_t created_;
+  ServerLog log_;  // before http_, so connection threads have ended before it goes
   std::unique_ptr<HttpServer> http_;
 };
 

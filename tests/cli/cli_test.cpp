@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 
 // Whether `--device cuda` can run here: this build has the CUDA backend and it finds a device (plumb's own probe).
 bool cuda_device_here() {
@@ -35,10 +37,11 @@ struct Outcome {
   std::string out, err;
 };
 
-// Runs plumb with `args` (a shell-quoted string), capturing stdout and stderr.
-Outcome plumb(const std::string& args, const std::string& scratch) {
+// Runs plumb with `args` (a shell-quoted string) after the shell words `prefix` (a cd, an environment variable),
+// capturing stdout and stderr.
+Outcome plumb(const std::string& args, const std::string& scratch, const std::string& prefix = "") {
   const std::string err_file = scratch + "/stderr.txt";
-  const std::string command = std::string(PLUMB_BINARY) + " " + args + " 2>" + err_file;
+  const std::string command = prefix + std::string(PLUMB_BINARY) + " " + args + " 2>" + err_file;
   Outcome r;
   FILE* pipe = popen(command.c_str(), "r");
   std::array<char, 4096> buffer;
@@ -61,6 +64,7 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   Outcome run(const std::string& args) { return plumb(args, dir_); }
+  Outcome run_after(const std::string& prefix, const std::string& args) { return plumb(args, dir_, prefix); }
   // A failure is one line on stderr, "plumb: error: ...", and exit status 1.
   void expect_clean_failure(const Outcome& r, const std::string& message) {
     EXPECT_EQ(r.status, 1) << r.err;
@@ -180,6 +184,123 @@ TEST_F(Cli, BadInputFailsWithOneLine) {
                        "temperature must be a finite number >= 0");
   std::filesystem::resize_file(model_ + "/model.safetensors", 20);
   expect_clean_failure(run("logits --model " + model_ + " --ids 1 --out " + dir_ + "/x.npy"), "model.safetensors");
+}
+
+// Tests of what a new user meets first (issue 23): --version, suggestions, defaults in --help, timings, fresh seeds,
+// the default model, and small output fixes.
+
+TEST_F(Cli, VersionNamesTheVersionCommitAndCudaSide) {
+  const Outcome r = run("--version");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("plumb [0-9]+\\.[0-9]+\\.[0-9]+\ncommit ([0-9a-f]{12}(-dirty)?|unknown)\n"
+                                  "cuda backend: (not built|built for sm_)[^\n]*\n(gpu[^\n]*\n)*"));
+#ifdef PLUMB_HAVE_CUDA
+  EXPECT_THAT(r.out, HasSubstr("runtime "));
+#else
+  EXPECT_THAT(r.out, HasSubstr("cuda backend: not built"));
+#endif
+}
+
+TEST_F(Cli, MistypedCommandsAndFlagsGetTheClosestMatch) {
+  Outcome r = run("generat --model " + model_);
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.err, "plumb: error: unknown command 'generat'; did you mean 'generate'?\n");
+  r = run("generate --model " + model_ + " --ids 1 --max-token 3");
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.err, "plumb: error: generate: unknown option '--max-token'; did you mean '--max-tokens'?\n");
+  r = run("generate --model " + model_ + " --ids 1 --tempreature=1");
+  EXPECT_THAT(r.err, HasSubstr("unknown option '--tempreature'; did you mean '--temperature'?"));
+  r = run("--versio");
+  EXPECT_EQ(r.err, "plumb: error: unknown option '--versio'; did you mean '--version'?\n");
+  // Nothing close: CLI11's own message.
+  r = run("zzzzzzzz");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, Not(HasSubstr("did you mean")));
+}
+
+TEST_F(Cli, HelpShowsEveryDefault) {
+  const Outcome gen = run("generate --help");
+  ASSERT_EQ(gen.status, 0) << gen.err;
+  for (const char* shown : {"--max-tokens INT=32", "--temperature FLOAT=0", "--top-p FLOAT=1", "--device TEXT=cpu",
+                            "--seed UINT=random", "$PLUMB_MODEL"})
+    EXPECT_THAT(gen.out, HasSubstr(shown));
+  const Outcome serve = run("serve --help");
+  for (const char* shown : {"--port UINT=8000", "--host TEXT=127.0.0.1", "--max-batch INT=32", "--log-format TEXT=text",
+                            "--log-interval FLOAT=5"})
+    EXPECT_THAT(serve.out, HasSubstr(shown));
+  EXPECT_THAT(run("inspect --help").out, HasSubstr("--context INT=the model's max_position_embeddings"));
+}
+
+TEST_F(Cli, GenerateReportsTimingsOnStderrUnlessQuiet) {
+  const std::string args = "generate --model " + model_ + " --ids 3,4,5 --max-tokens 4 --ignore-eos --print-ids";
+  const Outcome r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, MatchesRegex("plumb: load [0-9.]+ ms\n"
+                                  "plumb: prompt 3 tokens in [0-9.]+ ms, [0-9.]+ tokens/s; time to first token [0-9.]+ "
+                                  "ms\nplumb: generated 4 tokens; 3 decode steps in [0-9.]+ ms, [0-9.]+ tokens/s\n"));
+  const Outcome quiet = run(args + " --quiet");
+  EXPECT_EQ(quiet.err, "");
+  EXPECT_EQ(quiet.out, r.out);
+}
+
+// The seed --verbose reports, from "plumb: seed N (...)".
+std::string reported_seed(const std::string& err) {
+  const size_t at = err.find("plumb: seed ");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + std::string("plumb: seed ").size();
+  return err.substr(begin, err.find(' ', begin) - begin);
+}
+
+TEST_F(Cli, UnseededSamplingDiffersAndTheReportedSeedReproducesIt) {
+  const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 12 --ignore-eos --print-ids " +
+                           "--temperature 1.5 --verbose";
+  const Outcome a = run(args), b = run(args);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const std::string seed_a = reported_seed(a.err), seed_b = reported_seed(b.err);
+  ASSERT_THAT(seed_a, MatchesRegex("[0-9]+"));
+  EXPECT_NE(seed_a, seed_b);
+  EXPECT_NE(a.out, b.out) << "two unseeded sampled runs gave the same ids";
+  const Outcome again = run(args + " --seed " + seed_a);
+  EXPECT_EQ(again.out, a.out);
+  EXPECT_EQ(reported_seed(again.err), seed_a);
+}
+
+TEST_F(Cli, GenerateUsesPlumbModelOrModelsDefaultWhenNoModelIsGiven) {
+  const std::string args = "generate --ids 3,4 --max-tokens 3 --print-ids";
+  const Outcome named = run(args + " --model " + model_);
+  const Outcome from_env = run_after("PLUMB_MODEL=" + model_ + " ", args);
+  ASSERT_EQ(from_env.status, 0) << from_env.err;
+  EXPECT_EQ(from_env.out, named.out);
+  EXPECT_THAT(from_env.err, HasSubstr("plumb: no --model given; using " + model_ + " (from PLUMB_MODEL)\n"));
+  std::filesystem::create_directories(dir_ + "/cwd/models");
+  std::filesystem::create_directory_symlink(model_, dir_ + "/cwd/models/default");
+  const Outcome from_cwd = run_after("cd " + dir_ + "/cwd && env -u PLUMB_MODEL ", args);
+  ASSERT_EQ(from_cwd.status, 0) << from_cwd.err;
+  EXPECT_EQ(from_cwd.out, named.out);
+  EXPECT_THAT(from_cwd.err, HasSubstr("plumb: no --model given; using models/default\n"));
+  expect_clean_failure(run_after("cd " + dir_ + " && env -u PLUMB_MODEL ", args),
+                       "no --model given and models/default");
+}
+
+TEST_F(Cli, InspectReportsTheModelsOwnContext) {
+  nlohmann::json config = test::small_qwen3_next_config();
+  config["max_position_embeddings"] = 1000;
+  test::write_model_folder(dir_ + "/long", config, test::synthetic_tensors(config, 9));
+  const Outcome r = run("inspect --model " + dir_ + "/long");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("context      1000 tokens (max_position_embeddings)\n"));
+  EXPECT_THAT(r.out, HasSubstr("bytes one decode step moves at batch 1, context 1000\n"));
+  EXPECT_THAT(run("inspect --model " + dir_ + "/long --context 7").out, HasSubstr("at batch 1, context 7\n"));
+}
+
+TEST_F(Cli, DetokenizeEndsItsOutputWithANewline) {
+  const std::string tok = test::source_dir() + "/models/default";
+  const Outcome ids = run("tokenize --tokenizer " + tok + " --text 'In the beginning'");
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  std::string list = ids.out.substr(0, ids.out.size() - 1);
+  std::replace(list.begin(), list.end(), ' ', ',');
+  EXPECT_EQ(run("detokenize --tokenizer " + tok + " --ids " + list).out, "In the beginning\n");
 }
 
 }  // namespace

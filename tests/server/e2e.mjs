@@ -28,11 +28,12 @@ const openaiModule = nodeModules("openai");
 const OpenAI = openaiModule.OpenAI ?? openaiModule.default ?? openaiModule;
 const puppeteer = nodeModules("puppeteer-core");
 
-// Starts `plumb serve` on an ephemeral loopback port; resolves once its one "listening" line is out.
-function startServer(extraArgs = []) {
-  const proc = spawn(binary, ["serve", "--model", model, "--served-model-name", "default", "--host", "127.0.0.1",
+// Starts `plumb serve` on an ephemeral loopback port; resolves once its one "listening" line is out. Without
+// `--model` (modelArgs []) it serves the folder PLUMB_MODEL names in `env`.
+function startServer(extraArgs = [], { modelArgs = ["--model", model], env = process.env } = {}) {
+  const proc = spawn(binary, ["serve", ...modelArgs, "--served-model-name", "default", "--host", "127.0.0.1",
     "--port", "0", ...extraArgs], {
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: ["ignore", "pipe", "pipe"], env,
   });
   let log = "";
   proc.stderr.on("data", (d) => (log += d));
@@ -108,7 +109,7 @@ const user = (content) => [{ role: "user", content }];
 describe("plumb serve", { timeout: 240_000 }, () => {
   let server, client, modelId;
   before(async () => {
-    server = await startServer(["--max-batch", "32"]);
+    server = await startServer(["--max-batch", "32", "--log-interval", "0.2"]);
     client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60_000 });
     modelId = "default";
   });
@@ -345,6 +346,50 @@ describe("plumb serve", { timeout: 240_000 }, () => {
     assert.equal(after.choices.length, 1);
   });
 
+  test("model may be left out; every response object carries the seed it was sampled with", async () => {
+    const chat = await postJson(server.url + "/v1/chat/completions", { messages: user("hi"), ...greedy });
+    assert.equal(chat.status, 200, JSON.stringify(chat.body));
+    assert.equal(chat.body.model, "default");
+    assert.ok(Number.isSafeInteger(chat.body.seed) && chat.body.seed >= 0, JSON.stringify(chat.body));
+    const seeded = await postJson(server.url + "/v1/completions", { prompt: "abc", ...greedy, seed: -7 });
+    assert.equal(seeded.body.seed, -7);
+    const stream = await client.chat.completions.create({ messages: user("hi"), ...greedy, stream: true, seed: 99 });
+    for await (const chunk of stream) assert.equal(chunk.seed, 99);
+  });
+
+  test("unseeded sampled requests differ; the seed one reports reproduces it; a given seed repeats", async () => {
+    const request = { model: modelId, messages: user("Tell a story"), temperature: 1.0, max_tokens: 12,
+      ignore_eos: true };
+    const answers = [];
+    for (let i = 0; i < 3; ++i) answers.push(await client.chat.completions.create(request));
+    const texts = answers.map((a) => a.choices[0].message.content);
+    assert.equal(new Set(answers.map((a) => a.seed)).size, 3, "fresh seeds repeated");
+    assert.ok(new Set(texts).size > 1, `three unseeded sampled answers were all ${JSON.stringify(texts[0])}`);
+    for (const a of answers) {
+      const again = await client.chat.completions.create({ ...request, seed: a.seed });
+      assert.equal(again.choices[0].message.content, a.choices[0].message.content);
+      assert.equal(again.seed, a.seed);
+    }
+  });
+
+  test("stderr: an access line per request and throughput lines while busy, key=value", async () => {
+    const start = server.log().length;
+    const since = () => server.log().slice(start);
+    await client.completions.create({ model: modelId, prompt: "Once", temperature: 0, max_tokens: 40,
+      ignore_eos: true, seed: 31 });
+    // The access line is written once the answer is out, so it may follow the client's read by a moment.
+    const access = new RegExp("^time=\\S+Z level=info event=request method=POST path=/v1/completions status=200 " +
+      "latency_ms=[\\d.]+ prompt_tokens=\\d+ completion_tokens=40 seed=31$", "m");
+    await until("the access line", async () => access.test(since()));
+    const throughput = new RegExp("^time=\\S+Z level=info event=throughput prompt_tokens_per_s=[\\d.]+ " +
+      "generation_tokens_per_s=(?!0\\.00 )[\\d.]+ running=\\d+ waiting=\\d+ kv_pages_used=\\d+ " +
+      "kv_pages_total=\\d+$", "m");
+    await until("a throughput line with generated tokens", async () => throughput.test(since()));
+    await curl(server.url + "/health");
+    await until("the health check's line", async () =>
+      /^time=\S+Z level=info event=request method=GET path=\/health status=200 latency_ms=[\d.]+$/m.test(since()));
+  });
+
   test("the chat page streams an answer in headless Chromium", async () => {
     const browser = await puppeteer.launch({ executablePath: "/usr/bin/chromium", headless: true,
       args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
@@ -438,6 +483,26 @@ describe("plumb serve --kv-cache-gib", { timeout: 60_000 }, () => {
   test("a negative budget is refused, naming the flag", async () => {
     await assert.rejects(run(binary, ["serve", "--model", model, "--port", "0", "--kv-cache-gib", "-1"]),
       (e) => e.code === 1 && /--kv-cache-gib must be a finite number >= 0, got -1/.test(e.stderr));
+  });
+});
+
+describe("plumb serve --log-format json, its model from PLUMB_MODEL", { timeout: 60_000 }, () => {
+  test("says which model it serves, and logs JSON lines", async () => {
+    const server = await startServer(["--log-format", "json"], { modelArgs: [],
+      env: { ...process.env, PLUMB_MODEL: model } });
+    const r = await postJson(server.url + "/v1/chat/completions", { messages: user("hi"), ...greedy });
+    assert.equal(r.status, 200);
+    await until("the access line", async () => server.log().includes('"event":"request"'));
+    assert.equal(await stopServer(server), 0);
+    const lines = server.log().trim().split("\n");
+    assert.equal(lines[0], `plumb: no --model given; using ${model} (from PLUMB_MODEL)`);
+    const entries = lines.slice(1).map((l) => JSON.parse(l));
+    const access = entries.find((e) => e.event === "request");
+    assert.equal(access.path, "/v1/chat/completions");
+    assert.equal(access.status, 200);
+    assert.equal(access.seed, r.body.seed);
+    assert.equal(access.completion_tokens, r.body.usage.completion_tokens);
+    assert.ok(typeof access.latency_ms === "number" && typeof access.time === "string");
   });
 });
 

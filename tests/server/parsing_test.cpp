@@ -140,9 +140,6 @@ TEST(ApiRequest, RefusesWrongTypesRangesAndUnsupportedFields) {
     body[name] = value;
     EXPECT_THROW(parse_api_request(Endpoint::kChatCompletions, body), Error) << name << " = " << value.dump();
   }
-  Json no_model = chat_body();
-  no_model.erase("model");
-  EXPECT_THROW(parse_api_request(Endpoint::kChatCompletions, no_model), Error);
   EXPECT_THROW(parse_api_request(Endpoint::kCompletions, Json::parse(R"({"model": "m", "prompt": ""})")), Error);
   EXPECT_THROW(parse_api_request(Endpoint::kCompletions, Json::parse(R"({"model": "m", "prompt": ["a", "b"]})")),
                Error);
