@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
+#include "server/access.h"
 #include "server/generation.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -20,6 +22,8 @@ struct ServerOptions {
   std::string api_key;     // empty: no key needed
   std::string model_name;  // the id of the one model served
   HttpLimits limits;
+  std::vector<std::string> allowed_origins;  // CORS (access.h); empty: none
+  bool metrics_need_key = false;             // /metrics asks for the API key too
 };
 
 class Server {
@@ -37,12 +41,14 @@ class Server {
   int route(const HttpRequest& request, HttpExchange& exchange, const std::string& endpoint);
   int generate(const HttpRequest& request, HttpExchange& exchange, Endpoint endpoint);
   int reply(HttpExchange& exchange, const HttpResponse& response);
+  std::optional<HttpResponse> key_refusal(const HttpRequest& request) const;
 
   ServerOptions options_;
   Metrics metrics_;
   ServedModel model_;
   int64_t created_;
   std::unique_ptr<HttpServer> http_;
+  AccessPolicy access_;
 };
 
 }  // namespace plumb::server
