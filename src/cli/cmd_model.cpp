@@ -119,7 +119,7 @@ struct GenerateArgs {
   std::string model, ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   SamplingParams sampling;
-  bool print_ids = false, ignore_eos = false, hash = false;
+  bool print_ids = false, ignore_eos = false, hash = false, check_weights = false;
 };
 
 // The prompt's ids: --ids as given, --prompt through the model folder's tokenizer, --chat through its chat template
@@ -145,7 +145,7 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<token
 
 void run_generate(const GenerateArgs& a) {
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = open_model(a.model, *backend);
+  const Qwen3NextModel model = open_model(a.model, *backend, a.check_weights);
   const int64_t vocab = model.config().vocab_size;
   std::optional<tokenizer::Tokenizer> tok;
   if (a.ids.empty()) tok = tokenizer::Tokenizer::from_dir(a.model);
@@ -212,9 +212,10 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--top-p", gen_args->sampling.top_p, "keep the most likely tokens up to this mass");
   gen->add_option("--min-p", gen_args->sampling.min_p, "drop tokens below this fraction of the best one");
   gen->add_option("--repetition-penalty", gen_args->sampling.repetition_penalty, "1 for none");
-  gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run");
+  gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run")->check(seed_error);
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");
+  gen->add_flag("--check-weights", gen_args->check_weights, kCheckWeightsHelp);
   gen->add_flag("--ignore-eos", gen_args->ignore_eos, "generate --max-tokens tokens whatever is drawn");
   gen->add_option("--device", gen_args->device, kDeviceHelp);
   gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");

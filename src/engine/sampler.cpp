@@ -85,11 +85,14 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   size_t keep = order.size();
   if (params_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(params_.top_k));
 
-  // Softmax of the temperature-scaled scores over the kept candidates, in double.
+  // Softmax of the temperature-scaled scores over the kept candidates, in double. The best score is subtracted before
+  // dividing, so every exponent is <= 0 however small the temperature: 1e-38 or a subnormal 1e-40 sends the others
+  // to exp(-inf) = 0 and the best to exp(0) = 1 (greedy, ties shared), where dividing first overflowed to inf - inf.
   std::vector<double> probs(keep);
-  const double top = scores[order[0]] / params_.temperature;
+  const double top = scores[order[0]];
+  const double temperature = params_.temperature;
   double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(scores[order[i]] / params_.temperature - top);
+  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp((scores[order[i]] - top) / temperature);
   for (double& p : probs) p /= total;
 
   if (params_.top_p < 1.0f) {
