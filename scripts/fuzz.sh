@@ -14,7 +14,7 @@ cd "$out"
 cxx=${CXX_FUZZ:-clang++}
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -DFMT_HEADER_ONLY -I"$root/src" $(pkg-config --cflags libpcre2-8 libutf8proc))
-sources=("$root"/src/core/error.cpp "$root"/src/tokenizer/*.cpp "$root"/src/tokenizer/jinja/*.cpp
+sources=("$root"/src/core/error.cpp "$root"/src/core/files.cpp "$root"/src/core/json_depth.cpp "$root"/src/tokenizer/*.cpp "$root"/src/tokenizer/jinja/*.cpp
          "$root"/fuzz/tokenizer_fuzz.cpp)
 # Rebuild only when a source is newer than the binary: the fuzzer binary takes a while to compile.
 if [ ! -x tokenizer_fuzz ] || [ -n "$(find "$root/src/tokenizer" "$root/src/core" "$root/fuzz" -newer tokenizer_fuzz -name '*.[ch]*' | head -n 1)" ]; then
@@ -59,6 +59,8 @@ if os.path.exists(qwen):
 for i, r in enumerate(json.load(open(os.path.join(fx, "tiny/render.json")))[:10]):
     seed(f"conversation{i}", 3, json.dumps(r["kwargs"], ensure_ascii=False))
 PY
+# Hand-made seeds (fuzz/seeds, selector byte first): templates and conversations nested past the depth limits.
+cp "$root"/fuzz/seeds/* corpus/
 
 echo "fuzz.sh: fuzzing for ${seconds}s (log: $out/fuzz.log)"
 # libFuzzer's progress lines go to the log; on failure its tail (the crash report) is printed.

@@ -121,7 +121,7 @@ struct GenerateArgs {
   std::string model, ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   SamplingParams sampling;
-  bool print_ids = false, ignore_eos = false, hash = false;
+  bool print_ids = false, ignore_eos = false, hash = false, check_weights = false;
   bool quiet = false;    // no notices or timings on stderr
   bool verbose = false;  // also the seed, so a sampled run can be reproduced
 };
@@ -150,7 +150,7 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<token
 void run_generate(const GenerateArgs& a) {
   GenerationTimer timer;
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = open_model(a.model, *backend);
+  const Qwen3NextModel model = open_model(a.model, *backend, a.check_weights);
   const int64_t vocab = model.config().vocab_size;
   std::optional<tokenizer::Tokenizer> tok;
   if (a.ids.empty()) tok = tokenizer::Tokenizer::from_dir(a.model);
@@ -232,9 +232,11 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--repetition-penalty", gen_args->sampling.repetition_penalty, "1 for none");
   CLI::Option* seed =
       gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run (default: a fresh one each run)")
-          ->default_str("random");
+          ->default_str("random")
+          ->check(seed_error);
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");
+  gen->add_flag("--check-weights", gen_args->check_weights, kCheckWeightsHelp);
   gen->add_flag("--ignore-eos", gen_args->ignore_eos, "generate --max-tokens tokens whatever is drawn");
   gen->add_option("--device", gen_args->device, kDeviceHelp);
   gen->add_flag("--print-ids", gen_args->print_ids, "print the generated ids on one line");

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <new>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -23,7 +26,8 @@ namespace plumb::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", device = "cpu", api_key, served_model_name;
+  std::string model, host = "127.0.0.1", device = "cpu", api_key, served_model_name, allowed_origins;
+  bool metrics_need_key = false, check_weights = false;
   uint16_t port = 8000;
   int32_t max_batch = 32;
   int64_t max_queue = 256;
@@ -33,6 +37,45 @@ struct ServeArgs {
   std::string log_format = "text";
   double log_interval = 5.0;  // seconds between throughput lines while busy
 };
+
+// MemAvailable from /proc/meminfo in bytes: what the host can give without swapping, as the kernel estimates it.
+std::optional<int64_t> host_memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return std::nullopt;
+}
+
+// Reserves `pages` KV pages, refusing up front a budget the host cannot hold (CPU devices) and turning a failed
+// allocation on any device into a message with what would fit, instead of std::bad_alloc.
+void reserve_kv_pages(KvPagePool& pool, int64_t pages, const ServeArgs& a) {
+  constexpr double kGiB = static_cast<double>(int64_t{1} << 30);
+  const double bytes = static_cast<double>(pages) * static_cast<double>(pool.page_bytes());
+  const std::string asked =
+      a.kv_pages > 0 ? fmt::format("--kv-pages {}", a.kv_pages) : fmt::format("--kv-cache-gib {}", a.kv_cache_gib);
+  const auto too_much = [&](const std::string& why) {
+    return fmt::format("{}: {} KV pages of {} bytes ({:.3g} GiB) do not fit: {}", asked, pages, pool.page_bytes(),
+                       bytes / kGiB, why);
+  };
+  const std::optional<int64_t> available = a.device.rfind("cpu", 0) == 0 ? host_memory_available() : std::nullopt;
+  if (available && bytes > static_cast<double>(*available)) {
+    const int64_t fit = *available / std::max<int64_t>(1, pool.page_bytes());
+    PLUMB_FAIL("{}", too_much(fmt::format("{:.3g} GiB of memory is available, which holds --kv-pages {} "
+                                          "(--kv-cache-gib {:.3g}) at most",
+                                          static_cast<double>(*available) / kGiB, fit,
+                                          static_cast<double>(fit * pool.page_bytes()) / kGiB)));
+  }
+  try {
+    pool.reserve(pages);
+  } catch (const std::bad_alloc&) {
+    PLUMB_FAIL("{}", too_much("the allocation failed; ask for less"));
+  } catch (const Error& e) {
+    PLUMB_FAIL("{}", too_much(e.what()));
+  }
+}
 
 // KV pages the server admits work for: --kv-pages, else as many as --kv-cache-gib holds, else a full context for
 // every slot. With either flag the model's pool is reserved at start, so serving never grows (and copies) it.
@@ -52,7 +95,7 @@ int64_t serve_kv_pages(const ServeArgs& a, const Qwen3NextModel& model, int64_t 
     pages = static_cast<int64_t>(fit);
   }
   if (pages > 0) {
-    pool.reserve(pages);
+    reserve_kv_pages(pool, pages, a);
     return pages;
   }
   return a.max_batch * ((context + kKvPageSize - 1) / kKvPageSize);
@@ -72,7 +115,7 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(a.log_interval >= 0.0 && a.log_interval <= 86400.0,
               "--log-interval must be in [0, 86400] seconds, got {}", a.log_interval);
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = open_model(a.model, *backend);
+  const Qwen3NextModel model = open_model(a.model, *backend, a.check_weights);
   const server::ModelText text = server::ModelText::from_dir(a.model);
   PLUMB_CHECK(a.max_batch >= 1, "--max-batch must be >= 1, got {}", a.max_batch);
   ModelRunner runner(model, a.max_batch);
@@ -93,6 +136,8 @@ void run_serve(const ServeArgs& a) {
   options.api_key = a.api_key;
   options.log_format = log_format;
   options.log_interval = std::chrono::milliseconds(static_cast<int64_t>(a.log_interval * 1000.0));
+  options.allowed_origins = server::parse_allowed_origins(a.allowed_origins);
+  options.metrics_need_key = a.metrics_need_key;
   options.model_name = a.served_model_name.empty()
                            ? std::filesystem::path(a.model).lexically_normal().filename().string()
                            : a.served_model_name;
@@ -129,6 +174,10 @@ void register_serve_commands(CLI::App& app) {
                     "for every sequence, allocated as they grow)");
   serve->add_option("--kv-cache-gib", args->kv_cache_gib, "GiB of KV-cache pages to reserve at start");
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
+  serve->add_option("--allowed-origins", args->allowed_origins,
+                    "origins a browser app may call from (CORS), comma-separated, e.g. https://app.example");
+  serve->add_flag("--check-weights", args->check_weights, kCheckWeightsHelp);
+  serve->add_flag("--metrics-need-key", args->metrics_need_key, "/metrics asks for --api-key too");
   serve->add_option("--served-model-name", args->served_model_name, "model id clients use (default: folder name)");
   serve->add_option("--log-format", args->log_format,
                     "stderr log of requests and throughput: text (key=value), json (one object a line) or none");

@@ -2,26 +2,19 @@
 // Output is exactly what the library returns (detokenize adds one newline, as tokenize does, so a shell prompt does
 // not run on after the text), so the commands double as a way to diff plumb against Hugging Face.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace plumb::cli {
 namespace {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PLUMB_CHECK(in.good(), "cannot open '{}'", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // "1,2, 3" -> {1, 2, 3}; rejects anything that is not a comma-separated list of integers.
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -74,7 +67,7 @@ void register_tokenizer_commands(CLI::App& app) {
   cmd->callback([tokenize, text, file] {
     PLUMB_CHECK(text->count() + file->count() == 1, "tokenize: give exactly one of --text or --file");
     const auto tok = tokenizer::Tokenizer::from_dir(tokenize->tokenizer);
-    const std::vector<int32_t> ids = tok.encode(file->count() ? read_text_file(tokenize->file) : tokenize->text);
+    const std::vector<int32_t> ids = tok.encode(file->count() ? read_regular_file(tokenize->file) : tokenize->text);
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
     write(line + "\n");
@@ -101,8 +94,9 @@ void register_tokenizer_commands(CLI::App& app) {
       ->required();
   cmd->callback([render] {
     const auto tmpl = tokenizer::ChatTemplate::from_dir(render->tokenizer);
-    const nlohmann::ordered_json kwargs =
-        nlohmann::ordered_json::parse(read_text_file(render->conversation), nullptr, /*allow_exceptions=*/false);
+    const std::string text = read_regular_file(render->conversation);
+    check_json_depth(text, render->conversation);
+    const nlohmann::ordered_json kwargs = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
     PLUMB_CHECK(!kwargs.is_discarded(), "{}: not valid JSON", render->conversation);
     write(tokenizer::render_chat(tmpl, kwargs));
   });

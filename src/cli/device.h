@@ -13,6 +13,9 @@ namespace plumb::cli {
 inline constexpr const char* kDeviceHelp =
     "cpu (the reference), cpu-bf16 (the reference rounding operands to BF16 where the GPU does) or cuda";
 
+inline constexpr const char* kCheckWeightsHelp =
+    "scan every weight for NaN and infinity while loading (one pass over the checkpoint)";
+
 std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace plumb::cli

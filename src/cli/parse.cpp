@@ -36,4 +36,11 @@ std::vector<int32_t> parse_token_ids(const std::string& arg, const char* flag, i
   return ids;
 }
 
+std::string seed_error(const std::string& text) {
+  uint64_t seed = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (!text.empty() && ec == std::errc() && ptr == text.data() + text.size()) return "";
+  return "'" + text + "' is not a seed: expected an integer from 0 to 18446744073709551615 (2^64 - 1)";
+}
+
 }  // namespace plumb::cli

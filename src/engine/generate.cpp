@@ -2,16 +2,17 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 #include "loader/load_model.h"
 
 namespace plumb {
 
-Qwen3NextModel open_model(const std::string& model_dir, Backend& backend) {
-  LoadedModel loaded = load_model(model_dir, backend);
+Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, bool check_weights) {
+  LoadedModel loaded = load_model(model_dir, backend, LoadOptions{check_weights});
   return Qwen3NextModel(std::move(loaded.config), std::move(loaded.weights), backend);
 }
 
@@ -19,10 +20,11 @@ std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelC
   std::vector<int64_t> ids = config.eos_token_ids;
   const std::string path = model_dir + "/generation_config.json";
   if (std::filesystem::exists(path)) {
-    std::ifstream in(path);
+    const std::string text = read_regular_file(path);
+    check_json_depth(text, path);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       PLUMB_FAIL("{}: not valid JSON ({})", path, e.what());
     }
@@ -49,7 +51,14 @@ GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>&
   const Sampler sampler(options.sampling);
   const int64_t vocab = model.config().vocab_size;
   GenerateResult result;
-  result.state = model.new_sequence(static_cast<int64_t>(prompt.size()) + options.max_tokens);
+  // Checked before anything is allocated; pages then come as the sequence grows, so memory follows the tokens made,
+  // not the limit asked for.
+  const int64_t context = model.config().max_position_embeddings;
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  PLUMB_CHECK(prompt_tokens < context && options.max_tokens <= context - prompt_tokens,
+              "max tokens {} after a prompt of {} tokens exceeds the model's context of {} tokens (at most {} here)",
+              options.max_tokens, prompt_tokens, context, std::max<int64_t>(0, context - prompt_tokens));
+  result.state = model.new_sequence(prompt_tokens);
   SequenceState& state = result.state;
   std::vector<int32_t> history = prompt;
   std::vector<int32_t> next_input = prompt;

@@ -31,8 +31,8 @@ struct GenerateResult {
 GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const std::function<void(int32_t)>& on_token = {});
 
-// Opens DIR as a model on `backend`.
-Qwen3NextModel open_model(const std::string& model_dir, Backend& backend);
+// Opens DIR as a model on `backend`; with check_weights, every weight is scanned for NaN and infinity first.
+Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, bool check_weights = false);
 
 // The ids that end generation by default: config.json's eos_token_id and those of generation_config.json, if any.
 std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelConfig& config);

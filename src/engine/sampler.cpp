@@ -92,11 +92,21 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   size_t keep = order.size();
   if (params_.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(params_.top_k));
 
-  // Softmax of the temperature-scaled scores over the kept candidates, in double.
+  // Softmax of the temperature-scaled scores over the kept candidates, in double. The scores are divided in float, as
+  // every earlier release drew, so a seed keeps its tokens; where the best score's quotient overflows (temperatures
+  // like 1e-38 or a subnormal 1e-40 gave inf - inf = NaN and arbitrary tokens), the best score is subtracted first
+  // instead, every exponent stays <= 0, and the draw is the greedy one (ties shared).
   std::vector<double> probs(keep);
-  const double top = scores[order[0]] / params_.temperature;
+  const float temperature = params_.temperature;
+  const bool scaled_finite = std::isfinite(scores[order[0]] / temperature);
+  const double top = scaled_finite ? static_cast<double>(scores[order[0]] / temperature) : scores[order[0]];
   double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(scores[order[i]] / params_.temperature - top);
+  for (size_t i = 0; i < keep; ++i) {
+    const float s = scores[order[i]];
+    const double exponent =
+        scaled_finite ? static_cast<double>(s / temperature) - top : (static_cast<double>(s) - top) / temperature;
+    total += probs[i] = std::exp(exponent);
+  }
   for (double& p : probs) p /= total;
 
   if (params_.top_p < 1.0f) {

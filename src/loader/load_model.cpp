@@ -1,6 +1,9 @@
 #include "loader/load_model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
+#include <vector>
 
 #include "core/error.h"
 #include "loader/safetensors.h"
@@ -63,9 +66,23 @@ Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const Weigh
   return t;
 }
 
+// Throws naming the tensor and its first non-finite element.
+void check_finite(const Tensor& host, const std::string& name, const std::string& file) {
+  const auto n = static_cast<size_t>(host.numel());
+  const auto* bytes = static_cast<const unsigned char*>(host.data());
+  std::vector<float> chunk(std::min<size_t>(n, size_t{1} << 16));
+  for (size_t begin = 0; begin < n; begin += chunk.size()) {
+    const size_t count = std::min(chunk.size(), n - begin);
+    convert_to_f32(host.dtype(), bytes + begin * dtype_size(host.dtype()), chunk.data(), count);
+    for (size_t i = 0; i < count; ++i)
+      PLUMB_CHECK(std::isfinite(chunk[i]), "{}: tensor '{}' holds {} at element {} (found by --check-weights)", file,
+                  name, chunk[i], begin + i);
+  }
+}
+
 }  // namespace
 
-LoadedModel load_model(const std::string& model_dir, Backend& backend) {
+LoadedModel load_model(const std::string& model_dir, Backend& backend, const LoadOptions& options) {
   LoadedModel m{load_model_config(model_dir), {}};
   const ModelConfig& c = m.config;
   const CheckpointFiles files = CheckpointFiles::open(model_dir);
@@ -77,6 +94,7 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend) {
     PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}' (expected shape {} for a {} model)", files.source(),
                 slot.name, shape_str(slot.shape), c.model_type);
     Tensor host = read_slot(files, c, slot, used);
+    if (options.check_weights) check_finite(host, slot.name, files.info(slot.name).file);
     switch (slot.transform) {
       case WeightTransform::kNone:
         *slot.targets[0] = backend.upload(host);

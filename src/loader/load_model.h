@@ -17,6 +17,13 @@ struct LoadedModel {
   ModelWeights weights;
 };
 
-LoadedModel load_model(const std::string& model_dir, Backend& backend);
+struct LoadOptions {
+  // Scan every weight for NaN and infinity as it is read (a pass over the checkpoint's bytes), failing with the
+  // tensor, file and element: a non-finite weight otherwise turns every logit into NaN, and sampling then yields
+  // token 0 without a word.
+  bool check_weights = false;
+};
+
+LoadedModel load_model(const std::string& model_dir, Backend& backend, const LoadOptions& options = {});
 
 }  // namespace plumb

@@ -5,7 +5,6 @@
 // and share ownership of it.
 #include "loader/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,13 +14,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <system_error>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 
 namespace plumb {
 namespace {
@@ -48,8 +47,7 @@ struct MappedFile {
 };
 
 MappedFile map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  PLUMB_CHECK(fd >= 0, "cannot open {}: {}", path, errno_text());
+  const int fd = open_regular_file(path);  // a FIFO is refused here instead of blocking open()
   // The mapping outlives the descriptor, so it is closed on every way out of this function.
   struct FdCloser {
     int fd;
@@ -57,7 +55,6 @@ MappedFile map_file(const std::string& path) {
   } closer{fd};
   struct stat st {};
   PLUMB_CHECK(::fstat(fd, &st) == 0, "cannot stat {}: {}", path, errno_text());
-  PLUMB_CHECK(S_ISREG(st.st_mode), "{} is not a regular file", path);
   const auto size = static_cast<size_t>(st.st_size);
   PLUMB_CHECK(size >= 8, "{} is {} bytes, too short to hold the 8-byte header length", path, size);
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -69,6 +66,7 @@ MappedFile map_file(const std::string& path) {
 // Parses `text` as JSON, failing (naming `path`) on a syntax error or on a key repeated within one object, which
 // nlohmann would otherwise resolve silently to its last value.
 json parse_json(std::string_view text, const std::string& path) {
+  check_json_depth(text, path);
   std::vector<std::set<std::string>> open_objects;
   const json::parser_callback_t reject_duplicate_keys = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) {
@@ -215,18 +213,9 @@ bool path_exists(const fs::path& path) {
   return fs::exists(path, ec);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PLUMB_CHECK(in.good(), "cannot open {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  PLUMB_CHECK(!in.bad(), "failed reading {}", path);
-  return text.str();
-}
-
 // The index's weight_map grouped by shard file name: {shard: [tensor, ...]}.
 std::map<std::string, std::vector<std::string>> read_index(const std::string& index_path) {
-  const json index = parse_json(read_text(index_path), index_path);
+  const json index = parse_json(read_regular_file(index_path), index_path);
   PLUMB_CHECK(index.is_object(), "{}: not a JSON object", index_path);
   const auto map_it = index.find("weight_map");
   PLUMB_CHECK(map_it != index.end() && map_it->is_object(), "{}: \"weight_map\" is missing or not an object",

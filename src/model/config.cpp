@@ -1,11 +1,13 @@
 #include "model/config.h"
 
-#include <fstream>
+#include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 
 namespace plumb {
 namespace {
@@ -189,7 +191,11 @@ void validate(const ModelConfig& c, const std::string& where) {
   positive(c.linear_value_head_dim, "linear_value_head_dim");
   positive(c.linear_num_key_heads, "linear_num_key_heads");
   positive(c.linear_num_value_heads, "linear_num_value_heads");
-  PLUMB_CHECK(c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive", where);
+  positive(c.max_position_embeddings, "max_position_embeddings");
+  PLUMB_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0, "{}: rms_norm_eps must be a finite positive number",
+              where);
+  PLUMB_CHECK(std::isfinite(c.rope_theta) && c.rope_theta > 0,
+              "{}: rope_theta must be a finite positive number, got {}", where, c.rope_theta);
   PLUMB_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where, c.num_attention_heads,
               c.num_key_value_heads);
@@ -238,6 +244,7 @@ const char* model_family_name(ModelFamily family) {
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  check_json_depth(json_text, source);
   json root;
   try {
     root = json::parse(json_text);
@@ -288,6 +295,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.attn_output_gate = f.boolean("attn_output_gate", true);
   PLUMB_CHECK(!f.boolean("attention_bias", false), "{}: attention_bias true is not supported", where);
   parse_rope(f, c);
+  // Checked before the product is cast: an infinite factor would make the cast undefined.
+  PLUMB_CHECK(std::isfinite(c.partial_rotary_factor) && c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1,
+              "{}: partial_rotary_factor must be in (0, 1], got {}", where, c.partial_rotary_factor);
   c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
 
   c.linear_conv_kernel_dim = f.integer("linear_conv_kernel_dim", 4);
@@ -318,11 +328,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  PLUMB_CHECK(in.good(), "cannot open {} (is {} a model folder?)", path, model_dir);
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_model_config(text.str(), path);
+  PLUMB_CHECK(std::filesystem::exists(path), "cannot open {} (is {} a model folder?)", path, model_dir);
+  return parse_model_config(read_regular_file(path), path);
 }
 
 }  // namespace plumb

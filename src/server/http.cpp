@@ -47,10 +47,14 @@ const char* reason_phrase(int status) {
       return "Continue";
     case 200:
       return "OK";
+    case 204:
+      return "No Content";
     case 400:
       return "Bad Request";
     case 401:
       return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -59,6 +63,8 @@ const char* reason_phrase(int status) {
       return "Length Required";
     case 413:
       return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
     case 429:
       return "Too Many Requests";
     case 431:
@@ -77,7 +83,7 @@ std::string response_head(int status, const std::string& content_type,
                           bool keep_alive) {
   std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
   head += "Content-Type: " + content_type + "\r\n";
-  head += framing + "\r\n";
+  if (!framing.empty()) head += framing + "\r\n";
   head += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   for (const auto& [name, value] : extra) head += name + ": " + value + "\r\n";
   return head + "\r\n";
@@ -99,14 +105,18 @@ class ConnectionExchange final : public HttpExchange {
   void reply(const HttpResponse& r) override {
     PLUMB_CHECK(!answered_, "an HTTP request was answered twice");
     answered_ = true;
-    const std::string framing = "Content-Length: " + std::to_string(r.body.size());
-    broken_ = !send_all(fd_, response_head(r.status, r.content_type, r.headers, framing, keep_alive_) + r.body);
+    // A 204 has no body and, by RFC 9110, no Content-Length.
+    const std::string framing = r.status == 204 ? "" : "Content-Length: " + std::to_string(r.body.size());
+    std::vector<std::pair<std::string, std::string>> headers = r.headers;
+    headers.insert(headers.end(), added_headers_.begin(), added_headers_.end());
+    broken_ = !send_all(fd_, response_head(r.status, r.content_type, headers, framing, keep_alive_) + r.body);
   }
   void begin_stream(int status, const std::string& content_type) override {
     PLUMB_CHECK(!answered_, "an HTTP request was answered twice");
     answered_ = streaming_ = true;
-    const std::vector<std::pair<std::string, std::string>> extra = {{"Cache-Control", "no-cache"},
-                                                                    {"X-Accel-Buffering", "no"}};
+    std::vector<std::pair<std::string, std::string>> extra = {{"Cache-Control", "no-cache"},
+                                                              {"X-Accel-Buffering", "no"}};
+    extra.insert(extra.end(), added_headers_.begin(), added_headers_.end());
     broken_ = !send_all(fd_, response_head(status, content_type, extra, "Transfer-Encoding: chunked", keep_alive_));
   }
   bool write(std::string_view data) override {

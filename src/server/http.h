@@ -44,6 +44,14 @@ class HttpExchange {
   virtual bool write(std::string_view data) = 0;  // one chunk; false once the client is gone
   virtual void end_stream() = 0;
   virtual bool client_gone() = 0;  // the client closed its side (checked without blocking)
+
+  // A header for whichever answer follows, reply() or begin_stream() (CORS headers are set before routing).
+  void add_header(std::string name, std::string value) {
+    added_headers_.emplace_back(std::move(name), std::move(value));
+  }
+
+ protected:
+  std::vector<std::pair<std::string, std::string>> added_headers_;
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpExchange&)>;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/json_depth.h"
 #include "server/text_stream.h"
 
 namespace plumb::server {
@@ -39,7 +40,9 @@ void OutputParser::emit(OutputDelta& out, std::string_view text) {
 }
 
 void OutputParser::close_tool_call(OutputDelta& out, std::string_view body) {
-  const nlohmann::json call = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // A block nested too deeply to dump safely stays content, like one that is not JSON.
+  const nlohmann::json call =
+      json_too_deep(body) ? nlohmann::json() : nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   const bool valid = call.is_object() && call.contains("name") && call["name"].is_string() &&
                      (!call.contains("arguments") || call["arguments"].is_object() || call["arguments"].is_string());
   state_ = State::kContent;

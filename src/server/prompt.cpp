@@ -2,18 +2,21 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 
 namespace plumb::server {
 
 namespace {
 
-// The file's JSON object, or an empty object when the file is absent or not an object.
+// The file's JSON object, or an empty object when the file is absent or not an object. A file nested too deeply, or
+// one that is not a regular file, is an error.
 Json read_object(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  Json j = in ? Json::parse(in, nullptr, /*allow_exceptions=*/false) : Json();
+  const std::optional<std::string> text = read_regular_file_if_exists(path.string());
+  if (text) check_json_depth(*text, path.string());
+  Json j = text ? Json::parse(*text, nullptr, /*allow_exceptions=*/false) : Json();
   return j.is_object() ? j : Json::object();
 }
 

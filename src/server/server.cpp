@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "server/chat_page.h"
 
 namespace plumb::server {
@@ -23,6 +24,8 @@ Server::Server(Engine& engine, const ModelText& text, ServerOptions options)
   http_ = std::make_unique<HttpServer>(
       options_.host, options_.port, [this](const HttpRequest& r, HttpExchange& e) { handle(r, e); },
       [](int status, const std::string& message) { return error_response(status, message); }, options_.limits);
+  PLUMB_CHECK(!options_.metrics_need_key || !options_.api_key.empty(), "--metrics-need-key needs --api-key");
+  access_ = AccessPolicy{options_.host, http_->port(), !options_.api_key.empty(), options_.allowed_origins};
 }
 
 int Server::reply(HttpExchange& exchange, const HttpResponse& response) {
@@ -36,7 +39,9 @@ void Server::handle(const HttpRequest& request, HttpExchange& exchange) {
   if (!kEndpoints.count(endpoint) && endpoint != "/v1/models/{id}") endpoint = "other";
   const auto received = std::chrono::steady_clock::now();
   std::optional<GenerationRecord> generation;
-  const int status = route(request, exchange, endpoint, generation);
+  for (auto& [name, value] : cors_headers(access_, request)) exchange.add_header(name, value);
+  const std::optional<HttpResponse> early = answer_before_routing(access_, request);
+  const int status = early ? reply(exchange, *early) : route(request, exchange, endpoint, generation);
   metrics_.count_request(endpoint, status);
   log_.request(request.method, request.path, status,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - received).count(), generation);
@@ -52,17 +57,13 @@ int Server::route(const HttpRequest& request, HttpExchange& exchange, const std:
   if (endpoint == "/" && get)
     return reply(exchange, {200, "text/html; charset=utf-8", std::string(chat_page_html()), {}});
   if (endpoint == "/health" && get) return reply(exchange, {200, "application/json", R"({"status":"ok"})", {}});
-  if (endpoint == "/metrics" && get)
+  if (endpoint == "/metrics" && get) {
+    if (options_.metrics_need_key)
+      if (const std::optional<HttpResponse> refused = key_refusal(request)) return reply(exchange, *refused);
     return reply(exchange, {200, "text/plain; version=0.0.4", metrics_.render(model_.engine.stats()), {}});
-
-  if (!options_.api_key.empty() && request.header("authorization") != "Bearer " + options_.api_key) {
-    const bool given = !request.header("authorization").empty();
-    return reply(exchange, error_response(401,
-                                          given ? "Incorrect API key provided."
-                                                : "You didn't provide an API key. Provide it in the Authorization "
-                                                  "header as 'Bearer KEY'.",
-                                          "invalid_api_key"));
   }
+
+  if (const std::optional<HttpResponse> refused = key_refusal(request)) return reply(exchange, *refused);
   const Json model = {{"id", model_.name},
                       {"object", "model"},
                       {"created", created_},
@@ -83,9 +84,24 @@ int Server::route(const HttpRequest& request, HttpExchange& exchange, const std:
                error_response(405, request.method + " is not allowed on " + request.path, "method_not_allowed"));
 }
 
+std::optional<HttpResponse> Server::key_refusal(const HttpRequest& request) const {
+  if (options_.api_key.empty() || request.header("authorization") == "Bearer " + options_.api_key) return std::nullopt;
+  const bool given = !request.header("authorization").empty();
+  return error_response(401,
+                        given
+                            ? "Incorrect API key provided."
+                            : "You didn't provide an API key. Provide it in the Authorization header as 'Bearer KEY'.",
+                        "invalid_api_key");
+}
+
 int Server::generate(const HttpRequest& http, HttpExchange& exchange, Endpoint endpoint,
                      std::optional<GenerationRecord>& generation) {
   const auto received = std::chrono::steady_clock::now();
+  // Copying, dumping and rendering a parsed value recurse once per level, so depth is bounded before parsing.
+  if (const std::optional<JsonTooDeep> deep = json_too_deep(http.body))
+    return reply(exchange, error_response(400, fmt::format("the request JSON nests deeper than {} levels (the limit), "
+                                                           "at line {}",
+                                                           kMaxJsonDepth, deep->line)));
   const Json body = Json::parse(http.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded())
     return reply(exchange, error_response(400,

@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
+#include "server/access.h"
 #include "server/generation.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -24,6 +26,8 @@ struct ServerOptions {
   HttpLimits limits;
   LogFormat log_format = LogFormat::kNone;       // access and throughput lines on stderr
   std::chrono::milliseconds log_interval{5000};  // between throughput lines while busy
+  std::vector<std::string> allowed_origins;      // CORS (access.h); empty: none
+  bool metrics_need_key = false;                 // /metrics asks for the API key too
 };
 
 class Server {
@@ -44,6 +48,7 @@ class Server {
   int generate(const HttpRequest& request, HttpExchange& exchange, Endpoint endpoint,
                std::optional<GenerationRecord>& generation);
   int reply(HttpExchange& exchange, const HttpResponse& response);
+  std::optional<HttpResponse> key_refusal(const HttpRequest& request) const;
 
   ServerOptions options_;
   Metrics metrics_;
@@ -51,6 +56,7 @@ class Server {
   int64_t created_;
   ServerLog log_;  // before http_, so connection threads have ended before it goes
   std::unique_ptr<HttpServer> http_;
+  AccessPolicy access_;
 };
 
 }  // namespace plumb::server

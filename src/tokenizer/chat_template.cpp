@@ -1,10 +1,9 @@
 // Loading and rendering chat templates (see chat_template.h).
 #include "tokenizer/chat_template.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/parser.h"
 
@@ -12,14 +11,6 @@ namespace plumb::tokenizer {
 namespace {
 
 constexpr const char* kSpecialTokenNames[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
-
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) return std::nullopt;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // A special token in tokenizer_config.json is a string, null, or an AddedToken object {"content": ...}.
 std::optional<std::string> special_token(const nlohmann::ordered_json& config, const char* key) {
@@ -55,7 +46,8 @@ ChatTemplate::~ChatTemplate() = default;
 
 ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
-  if (const auto text = read_file(dir + "/tokenizer_config.json")) {
+  if (const auto text = read_regular_file_if_exists(dir + "/tokenizer_config.json")) {
+    check_json_depth(*text, dir + "/tokenizer_config.json");
     config = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
     PLUMB_CHECK(!config.is_discarded() && config.is_object(), "{}/tokenizer_config.json: not a JSON object", dir);
   }
@@ -63,7 +55,7 @@ ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
   for (const char* key : kSpecialTokenNames) {
     if (auto token = special_token(config, key)) special[key] = *token;
   }
-  std::optional<std::string> source = read_file(dir + "/chat_template.jinja");
+  std::optional<std::string> source = read_regular_file_if_exists(dir + "/chat_template.jinja");
   const std::string origin = source ? dir + "/chat_template.jinja" : dir + "/tokenizer_config.json";
   try {
     if (!source) {

@@ -2,11 +2,11 @@
 #include "tokenizer/tokenizer.h"
 
 #include <deque>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_depth.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -67,11 +67,9 @@ Tokenizer Tokenizer::from_dir(const std::string& dir) {
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PLUMB_CHECK(in.good(), "cannot open tokenizer file '{}'", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = read_regular_file(path);
+  check_json_depth(text, path);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   PLUMB_CHECK(!j.is_discarded(), "{}: not valid JSON", path);
   try {
     return from_json(j);

@@ -1,13 +1,16 @@
 // The plumb executable end to end: its outputs, and one clear line on stderr with a non-zero exit for bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/npy.h"
 #include "support/fixtures.h"
@@ -301,6 +304,93 @@ TEST_F(Cli, DetokenizeEndsItsOutputWithANewline) {
   std::string list = ids.out.substr(0, ids.out.size() - 1);
   std::replace(list.begin(), list.end(), ' ', ',');
   EXPECT_EQ(run("detokenize --tokenizer " + tok + " --ids " + list).out, "In the beginning\n");
+}
+
+// Issue 24's limits: each refused up front with one line, where the old code hung, crashed or reserved memory.
+TEST_F(Cli, MaxTokensBeyondTheContextIsRefusedBeforeAnyReservation) {
+  // 10^9 tokens reserved KV pages for all of them up front (std::bad_alloc); the context caps them now.
+  expect_clean_failure(run("generate --model " + model_ + " --ids 3,4 --max-tokens 1000000000"),
+                       "max tokens 1000000000 after a prompt of 2 tokens exceeds the model's context");
+}
+
+TEST_F(Cli, SeedsOutsideUint64AreRefused) {
+  // CLI11 alone turns all three into 2^64 - 1.
+  for (const char* seed : {"-1", "18446744073709551616", "36893488147419103232", "x"}) {
+    const Outcome r = run("generate --model " + model_ + " --ids 3,4 --max-tokens 2 --temperature 1 --seed " + seed);
+    EXPECT_NE(r.status, 0) << seed;
+    EXPECT_THAT(r.err, HasSubstr("is not a seed: expected an integer from 0 to 18446744073709551615")) << seed;
+  }
+  EXPECT_EQ(run("generate --model " + model_ + " --ids 3,4 --max-tokens 2 --seed 18446744073709551615").status, 0);
+}
+
+TEST_F(Cli, TinyTemperaturesSampleTheGreedyAnswer) {
+  // Dividing the logits by 1e-38 first overflowed to inf - inf = NaN probabilities and arbitrary tokens.
+  const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids";
+  const Outcome greedy = run(args);
+  ASSERT_EQ(greedy.status, 0) << greedy.err;
+  for (const char* t : {"1e-38", "1e-40", "1e-45"}) {
+    const Outcome tiny = run(args + " --temperature " + t + " --seed 7");
+    ASSERT_EQ(tiny.status, 0) << tiny.err;
+    EXPECT_EQ(tiny.out, greedy.out) << "temperature " << t;
+  }
+}
+
+TEST_F(Cli, NonRegularFilesAreRefusedWithoutBlocking) {
+  // A FIFO blocked open() until a writer came: `plumb inspect` hung for ever. timeout(1) turns a hang into 124.
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    const std::string fifo_dir = dir_ + "/fifo-" + file;
+    std::filesystem::copy(model_, fifo_dir);
+    std::filesystem::remove(fifo_dir + "/" + file);
+    ASSERT_EQ(::mkfifo((fifo_dir + "/" + file).c_str(), 0600), 0);
+    const Outcome r = plumb("inspect --model " + fifo_dir, dir_, "timeout 60 ");
+    expect_clean_failure(r, fifo_dir + "/" + file + ": it is not a regular file");
+  }
+}
+
+TEST_F(Cli, ConfigValuesOutOfRangeAreRefused) {
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"max_position_embeddings must be positive, got 0", {{"max_position_embeddings", 0}}},
+      {"max_position_embeddings must be positive, got -1", {{"max_position_embeddings", -1}}},
+      {"rope_theta must be a finite positive number, got 0", {{"rope_theta", 0}}},
+      {"rope_theta must be a finite positive number, got -5", {{"rope_theta", -5}}},
+      {"partial_rotary_factor must be in (0, 1], got 0", {{"partial_rotary_factor", 0}}},
+      {"rms_norm_eps must be a finite positive number", {{"rms_norm_eps", 0}}}};
+  for (const auto& [message, patch] : cases) {
+    nlohmann::json config = test::small_qwen3_next_config();
+    config.merge_patch(patch);
+    test::write_model_folder(model_, config, test::synthetic_tensors(test::small_qwen3_next_config(), 9));
+    expect_clean_failure(run("inspect --model " + model_), message);
+    expect_clean_failure(run("generate --model " + model_ + " --ids 1"), message);
+  }
+}
+
+TEST_F(Cli, CheckWeightsFindsNonFiniteWeights) {
+  std::vector<test::NamedTensor> tensors = test::synthetic_tensors(test::small_qwen3_next_config(), 9);
+  test::NamedTensor& poisoned = tensors.at(tensors.size() / 2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(poisoned.bytes.data() + 2 * sizeof(float), &nan, sizeof nan);
+  test::write_model_folder(model_, test::small_qwen3_next_config(), tensors);
+  const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 2 --print-ids";
+  EXPECT_EQ(run(args).status, 0);  // unchecked, the NaN is not noticed
+  expect_clean_failure(run(args + " --check-weights"),
+                       "tensor '" + poisoned.name + "' holds nan at element 2 (found by --check-weights)");
+}
+
+TEST_F(Cli, DeepConversationIsRefused) {
+  // 20,000 nested '[' in a tool's parameters overflowed the stack (rc 139).
+  const std::string deep = std::string(20000, '[') + std::string(20000, ']');
+  std::ofstream(dir_ + "/conversation.json")
+      << R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": )"
+      << R"({"name": "f", "parameters": )" << deep << "}}]}";
+  expect_clean_failure(
+      run("render --tokenizer " + test::source_dir() + "/models/default --conversation " + dir_ + "/conversation.json"),
+      "conversation.json line 1: JSON nests deeper than 256 levels (the limit)");
+}
+
+TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
+  const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
+  expect_clean_failure(r, "--kv-cache-gib 100000: ");
+  EXPECT_THAT(r.err, HasSubstr("do not fit"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ import { execFile, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { promisify } from "node:util";
 import fs from "node:fs";
+import http from "node:http";
 import path from "node:path";
 
 const root = process.env.PLUMB_SOURCE_DIR ?? process.cwd();
@@ -503,6 +504,89 @@ describe("plumb serve --log-format json, its model from PLUMB_MODEL", { timeout:
     assert.equal(access.seed, r.body.seed);
     assert.equal(access.completion_tokens, r.body.usage.completion_tokens);
     assert.ok(typeof access.latency_ms === "number" && typeof access.time === "string");
+  });
+});
+
+// A page served from another origin (a second loopback port) calls the server from headless Chromium: the origin
+// --allowed-origins names gets through CORS, another origin's fetch is blocked by the browser, and its no-cors
+// text/plain POST (which needs no preflight) is refused 415 by the server.
+describe("browser safety", { timeout: 120_000 }, () => {
+  const pages = [];
+  let server;
+  before(async () => {
+    for (let i = 0; i < 2; ++i) {
+      const page = http.createServer((req, res) => res.end("<!doctype html><title>other origin</title>"));
+      await new Promise((resolve) => page.listen(0, "127.0.0.1", resolve));
+      pages.push({ page, origin: `http://127.0.0.1:${page.address().port}` });
+    }
+    server = await startServer(["--allowed-origins", pages[0].origin]);
+  });
+  after(async () => {
+    pages.forEach((p) => p.page.close());
+    if (server) assert.equal(await stopServer(server), 0);
+  });
+
+  test("a foreign Host is refused 403, a text/plain POST 415", async () => {
+    const port = new URL(server.url).port;
+    assert.equal(await curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: evil.example", server.url + "/health"),
+      "403");
+    assert.equal(await curl("-o", "/dev/null", "-w", "%{http_code}", "-H", `Host: localhost:${port}`,
+      server.url + "/health"), "200");
+    const body = JSON.stringify({ model: "default", messages: user("hi"), ...greedy });
+    assert.equal(await curl("-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Type: text/plain", "-d", body,
+      server.url + "/v1/chat/completions"), "415");
+  });
+
+  test("only the allowed origin can call the API from a browser", async () => {
+    const browser = await puppeteer.launch({ executablePath: "/usr/bin/chromium", headless: true,
+      args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+    try {
+      const call = async (origin, mode, contentType) => {
+        const page = await browser.newPage();
+        await page.goto(origin + "/", { waitUntil: "load" });
+        return page.evaluate(async (url, mode, contentType) => {
+          const body = JSON.stringify({ model: "default", messages: [{ role: "user", content: "hi" }],
+            temperature: 0, max_tokens: 2 });
+          try {
+            const r = await fetch(url, { method: "POST", mode, headers: { "Content-Type": contentType }, body });
+            return r.type === "opaque" ? "opaque" : String(r.status);
+          } catch (e) {
+            return "blocked";
+          }
+        }, server.url + "/v1/chat/completions", mode, contentType);
+      };
+      assert.equal(await call(pages[0].origin, "cors", "application/json"), "200");  // after a 204 preflight
+      assert.equal(await call(pages[1].origin, "cors", "application/json"), "blocked");
+      const refused = (await metric(server.url, 'plumb_requests_total{endpoint="/v1/chat/completions",status="415"}'))
+        ?? 0;
+      assert.equal(await call(pages[1].origin, "no-cors", "text/plain"), "opaque");
+      await until("the text/plain POST to be refused", async () =>
+        (await metric(server.url, 'plumb_requests_total{endpoint="/v1/chat/completions",status="415"}')) ===
+          refused + 1);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  test("--metrics-need-key puts /metrics behind the key", async () => {
+    const guarded = await startServer(["--api-key", "sekret", "--metrics-need-key"]);
+    try {
+      assert.equal((await fetch(guarded.url + "/metrics")).status, 401);
+      assert.equal((await fetch(guarded.url + "/metrics", { headers: { Authorization: "Bearer sekret" } })).status,
+        200);
+    } finally {
+      assert.equal(await stopServer(guarded), 0);
+    }
+  });
+
+  test("a request nested 20,000 levels deep is answered 400 and the server stays up", async () => {
+    const deep = "[".repeat(20000) + "]".repeat(20000);
+    const body = `{"model": "default", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": ` +
+      `"function", "function": {"name": "f", "parameters": ${deep}}}]}`;
+    const r = await postJson(server.url + "/v1/chat/completions", body);
+    assertError(r, 400);
+    assert.match(r.body.error.message, /nests deeper than 256 levels/);
+    assert.equal((await fetch(server.url + "/health")).status, 200);
   });
 });
 

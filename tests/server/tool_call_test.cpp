@@ -2,16 +2,13 @@
 // reasoning block the prompt opened and write a <tool_call> block, and the test reads the OpenAI response over a
 // loopback socket, streamed and not. (A random-weight model cannot be made to write them; the live-server tests in
 // e2e.mjs cover the rest.)
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
 
 #include "engine/engine.h"
+#include "http_client.h"
 #include "server/server.h"
 #include "support/fixtures.h"
 
@@ -42,44 +39,8 @@ class ScriptedRunner final : public Runner {
   std::vector<int32_t> script_;
 };
 
-struct HttpReply {
-  int status = 0;
-  std::string body;  // chunked transfer decoded
-};
-
-HttpReply post(uint16_t port, const std::string& path, const std::string& body) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string request = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
-                              "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                              "\r\n\r\n" + body;
-  EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-  std::string raw;
-  char buffer[4096];
-  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) raw.append(buffer, static_cast<size_t>(n));
-  ::close(fd);
-  HttpReply reply;
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (head_end == std::string::npos) return reply;
-  reply.status = std::stoi(raw.substr(9, 3));
-  std::string rest = raw.substr(head_end + 4);
-  if (raw.substr(0, head_end).find("Transfer-Encoding: chunked") == std::string::npos) {
-    reply.body = rest;
-    return reply;
-  }
-  for (size_t at = 0;;) {
-    const size_t line_end = rest.find("\r\n", at);
-    const size_t size = std::stoul(rest.substr(at, line_end - at), nullptr, 16);
-    if (size == 0) break;
-    reply.body += rest.substr(line_end + 2, size);
-    at = line_end + 2 + size + 2;
-  }
-  return reply;
-}
+using test::HttpReply;
+using test::post;
 
 class ToolCalls : public ::testing::Test {
  protected:

@@ -44,6 +44,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> keywords;
   std::vector<std::string> ops;
   bool negated = false;
+  int depth = 1;  // levels of the tree from this node down (the parser bounds it)
 };
 
 enum class NodeKind {

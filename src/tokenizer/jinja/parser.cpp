@@ -3,6 +3,7 @@
 // unary - +, then primaries with their postfixes (.attr, [index], [a:b:c], (call)) and filters/tests (| f, is t).
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "core/error.h"
@@ -60,6 +61,39 @@ class Parser {
                                  : "'" + t.value + "'";
     PLUMB_FAIL("chat template line {}: {} (at {})", t.line, what, near);
   }
+  [[noreturn]] void fail_nesting(int line) const {
+    PLUMB_FAIL("chat template line {}: expressions and blocks nest deeper than {} levels (the limit)", line,
+               kMaxTemplateNesting);
+  }
+
+  // Held while the parser recurses into a nested block or expression, so hostile input fails with a message instead
+  // of overflowing the stack.
+  class Nesting {
+   public:
+    explicit Nesting(Parser& parser) : parser_(parser) {
+      if (parser_.nesting_ == kMaxTemplateNesting) parser_.fail_nesting(parser_.peek().line);
+      ++parser_.nesting_;
+    }
+    ~Nesting() { --parser_.nesting_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
+  // Records the depth of a finished node's tree and refuses one deeper than the limit. Chains such as 1+1+...+1 and
+  // a.b.c... are parsed in loops, not recursion, but still build a tree that evaluation walks recursively.
+  ExprPtr sized(ExprPtr e) const {
+    int below = 0;
+    for (const ExprPtr& item : e->items)
+      if (item) below = std::max(below, item->depth);
+    for (const auto& keyword : e->keywords) below = std::max(below, keyword.second->depth);
+    e->depth = below + 1;
+    if (e->depth > kMaxTemplateNesting) fail_nesting(e->line);
+    return e;
+  }
+
   void expect_op(std::string_view op) {
     if (!skip_op(op)) fail(fmt::format("expected '{}'", op));
   }
@@ -110,6 +144,7 @@ class Parser {
   }
 
   Node parse_statement() {
+    const Nesting nesting(*this);
     const int line = peek().line;
     if (peek().type != TokenType::kName) fail("expected a statement name");
     const std::string keyword = next().value;
@@ -270,10 +305,11 @@ class Parser {
       if (peek().type == TokenType::kVariableEnd || peek().type == TokenType::kBlockEnd) break;
       tuple->items.push_back(parse_expression());
     }
-    return tuple;
+    return sized(std::move(tuple));
   }
 
   ExprPtr parse_expression() {
+    const Nesting nesting(*this);
     ExprPtr value = parse_or();
     while (at_name("if")) {
       const int line = next().line;
@@ -281,7 +317,7 @@ class Parser {
       e->items.push_back(parse_or());
       e->items.push_back(std::move(value));
       e->items.push_back(skip_name("else") ? parse_expression() : nullptr);
-      value = std::move(e);
+      value = sized(std::move(e));
     }
     return value;
   }
@@ -292,7 +328,7 @@ class Parser {
       ExprPtr e = make(kind, next().line);
       e->items.push_back(std::move(left));
       e->items.push_back((this->*operand)());
-      left = std::move(e);
+      left = sized(std::move(e));
     }
     return left;
   }
@@ -301,9 +337,10 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      const Nesting nesting(*this);
       ExprPtr e = make(ExprKind::kNot, next().line);
       e->items.push_back(parse_not());
-      return e;
+      return sized(std::move(e));
     }
     return parse_compare();
   }
@@ -333,7 +370,7 @@ class Parser {
       e->ops.push_back(op);
       e->items.push_back(parse_math1());
     }
-    return e ? std::move(e) : std::move(first);
+    return e ? sized(std::move(e)) : std::move(first);
   }
 
   ExprPtr binary_ops(std::initializer_list<std::string_view> ops, ExprPtr (Parser::*operand)()) {
@@ -346,7 +383,7 @@ class Parser {
           e->name = std::string(op);
           e->items.push_back(std::move(left));
           e->items.push_back((this->*operand)());
-          left = std::move(e);
+          left = sized(std::move(e));
           matched = true;
           break;
         }
@@ -363,10 +400,12 @@ class Parser {
   ExprPtr parse_unary(bool with_filters) {
     ExprPtr node;
     if (at_op("-") || at_op("+")) {
+      const Nesting nesting(*this);
       const Token sign = next();
       node = make(ExprKind::kNegate, sign.line);
       node->name = sign.value;
       node->items.push_back(parse_unary(false));
+      node = sized(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -432,7 +471,7 @@ class Parser {
       tuple->items.push_back(parse_expression());
     }
     expect_op(")");
-    return tuple;
+    return sized(std::move(tuple));
   }
 
   ExprPtr parse_sequence(ExprKind kind, std::string_view close, int line) {
@@ -442,7 +481,7 @@ class Parser {
       if (skip_op(close)) break;
       e->items.push_back(parse_expression());
     }
-    return e;
+    return sized(std::move(e));
   }
 
   ExprPtr parse_dict(int line) {
@@ -454,7 +493,7 @@ class Parser {
       expect_op(":");
       e->items.push_back(parse_expression());
     }
-    return e;
+    return sized(std::move(e));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -474,7 +513,7 @@ class Parser {
           e->name = expect_name();
           e->items.push_back(std::move(node));
         }
-        node = std::move(e);
+        node = sized(std::move(e));
       } else if (at_op("[")) {
         node = parse_subscript(std::move(node), next().line);
       } else if (at_op("(")) {
@@ -501,7 +540,7 @@ class Parser {
     e->items.push_back(std::move(target));
     if (!slice && !bounds[0]) fail("expected a subscript");
     for (int k = 0; k < (slice ? 3 : 1); ++k) e->items.push_back(std::move(bounds[k]));
-    return e;
+    return sized(std::move(e));
   }
 
   // Arguments after "(": positional expressions, then name=expression keywords.
@@ -528,7 +567,7 @@ class Parser {
     ExprPtr e = make(ExprKind::kCall, peek().line);
     e->items.push_back(std::move(callee));
     parse_arguments(*e);
-    return e;
+    return sized(std::move(e));
   }
 
   // "| name(args)" filters and "is [not] name args" tests; calls may follow either.
@@ -543,7 +582,7 @@ class Parser {
         PLUMB_CHECK(is_known_filter(e->name), "chat template line {}: filter '{}' is not supported", e->line, e->name);
         e->items.push_back(std::move(node));
         if (at_op("(")) parse_arguments(*e);
-        node = std::move(e);
+        node = sized(std::move(e));
       } else if (at_name("is")) {
         ExprPtr e = make(ExprKind::kTest, next().line);
         e->negated = skip_name("not");
@@ -555,7 +594,7 @@ class Parser {
         } else if (starts_test_argument()) {
           e->items.push_back(parse_postfix(parse_primary()));
         }
-        node = std::move(e);
+        node = sized(std::move(e));
       } else if (at_op("(")) {
         node = parse_call(std::move(node));
       } else {
@@ -575,6 +614,7 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;  // blocks and expressions open around the token being parsed
 };
 
 }  // namespace

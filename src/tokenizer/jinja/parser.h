@@ -9,6 +9,12 @@
 
 namespace plumb::tokenizer::jinja {
 
+// Deepest nesting the parser accepts, of blocks ({% if %}, {% for %}, ...) and of expression trees (brackets,
+// unary operators, chains such as 1+1+...): parsing, evaluating and destroying a template recurse once per level,
+// so deeper input is refused ("chat template line N: ... nest deeper than 256 levels") instead of overflowing the
+// stack. Real chat templates nest fewer than 20 levels.
+inline constexpr int kMaxTemplateNesting = 256;
+
 // Filters and tests the interpreter implements; the parser rejects others at load time.
 bool is_known_filter(std::string_view name);
 bool is_known_test(std::string_view name);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/utf8.h"
 
 namespace plumb::tokenizer::jinja {
@@ -219,7 +220,9 @@ Value Value::function(std::string name, Function fn) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+  PLUMB_CHECK(depth < kMaxJsonDepth || !j.is_structured(),
+              "chat template arguments nest deeper than {} levels (the limit)", kMaxJsonDepth);
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return none();
@@ -237,12 +240,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       return string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List items;
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e, depth + 1));
       return dict(std::move(items));
     }
     default:

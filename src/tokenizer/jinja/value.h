@@ -39,7 +39,9 @@ class Value {
   static Value dict(Dict items);
   static Value name_space(Dict items);  // a mutable namespace() object
   static Value function(std::string name, Function fn);
-  static Value from_json(const nlohmann::ordered_json& j);
+  // Throws plumb::Error when `j` nests arrays and objects deeper than kMaxJsonDepth (core/json_depth.h) levels:
+  // the conversion, and every later use of the value, recurses once per level.
+  static Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }

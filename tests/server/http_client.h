@@ -1,0 +1,22 @@
+// A blocking HTTP/1.1 client over loopback for the in-process server tests: one request per connection.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace plumb::test {
+
+struct HttpReply {
+  int status = 0;
+  std::string head;  // the status line and headers, as sent
+  std::string body;  // chunked transfer decoded
+};
+
+// Sends `request` (raw bytes: request line, headers, body) to 127.0.0.1:port and reads until the server closes.
+HttpReply send_raw(uint16_t port, const std::string& request);
+
+// POSTs a JSON body with "Host: 127.0.0.1" and "Connection: close"; `headers` are extra header lines ("Name: v\r\n").
+HttpReply post(uint16_t port, const std::string& path, const std::string& body, const std::string& headers = "",
+               const std::string& content_type = "application/json");
+
+}  // namespace plumb::test
