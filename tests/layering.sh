@@ -22,8 +22,8 @@ declare -A allowed=(
 )
 kernels=backends/cuda/kernels
 # Every file under src/ is either source (checked) or one of these; a file of any other kind is an error, so a new
-# source extension cannot slip past the check unseen.
-source_pattern='\.(h|hh|hpp|hxx|inc|ipp|c|cc|cpp|cxx|cu|cuh)$'
+# source extension cannot slip past the check unseen. A CMake template of a source file (`.cpp.in`) is source too.
+source_pattern='\.(h|hh|hpp|hxx|inc|ipp|c|cc|cpp|cxx|cu|cuh)(\.in)?$'
 other_pattern='(^|/)CMakeLists\.txt$|\.(txt|md|cmake)$'
 # Any preprocessor include: "#", optional blanks, include or include_next, then whatever it names.
 directive='^[[:space:]]*#[[:space:]]*include(_next)?([^[:alnum:]_]|$)'
