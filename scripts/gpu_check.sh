@@ -13,7 +13,8 @@
 # demo      the default model generating text on the GPU
 # ab        bench/ab/ab.py: a baseline plumb (A: $PLUMB_AB_BASE, default build/ab-base/bin/plumb, unpacked from
 #           a carried build/ab-base/bin.tar.xz) against build/device's (B): plumb bench in alternating rounds (35B shapes, B=1
-#           and 16, prefill 2K) and a greedy token A/B on models/default at $PLUMB_AB_LENGTHS (default 2048,8192)
+#           and 16, prefill 2K) and a greedy token A/B on models/default at $PLUMB_AB_LENGTHS (default 2048,4000:
+#           its context is 4096 tokens, and generate refuses a prompt plus max tokens past it)
 # Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +38,9 @@ record() { result[$1]=$2; echo "== $1: $2"; }
 [ -f build/device/bin.tar.xz ] && tar -C build/device -xJf build/device/bin.tar.xz
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader || true
 [ -x "$plumb" ] || { echo "gpu_check: $plumb is missing: run scripts/build_device.sh and carry $bin"; exit 1; }
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The commit the binaries were built from (a copy of the tree may carry another .git), else the tree's.
+commit=$("$plumb" --version 2>/dev/null | sed -n 's/^commit //p')
+[ -n "$commit" ] || commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 if want linear; then
   echo "== linear"
@@ -158,7 +161,7 @@ if want ab; then
       --markdown "$out/ab_bench.md" --work "$out/ab_bench" -- {plumb} bench --device cuda --synthetic \
       --model qwen3.5-35b-a3b --batches 1,16 --prefill 2048 --prefill-repeats 1 --steps 5 --warmup 2 --skip-kernels \
       --copy-mib 1024 --json {json} 2>"$out/ab_bench.log" || ok=FAIL
-    timeout 200 "${ab[@]}" tokens "${sides[@]}" --model models/default --lengths "${PLUMB_AB_LENGTHS:-2048,8192}" \
+    timeout 200 "${ab[@]}" tokens "${sides[@]}" --model models/default --lengths "${PLUMB_AB_LENGTHS:-2048,4000}" \
       --prompts 3 --max-tokens 32 --device cuda --json "$out/ab_tokens.json" --markdown "$out/ab_tokens.md" \
       --work "$out/ab_tokens" 2>"$out/ab_tokens.log" || ok=FAIL
     [ $ok = pass ] || tail -n 15 "$out/ab_bench.log" "$out/ab_tokens.log"
