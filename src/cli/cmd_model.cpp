@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/device.h"
+#include "cli/model_choice.h"
 #include "cli/model_report.h"
 #include "cli/parse.h"
 #include "cli/timings.h"
@@ -118,7 +119,8 @@ void run_logits(const LogitsArgs& a) {
 }
 
 struct GenerateArgs {
-  std::string model, ids, prompt, chat, device = "cpu", stop_ids;
+  ModelChoice model;
+  std::string ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   SamplingParams sampling;
   bool print_ids = false, ignore_eos = false, hash = false, check_weights = false;
@@ -133,33 +135,38 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<token
               "generate needs exactly one of --ids, --prompt "
               "and --chat");
   if (!a.ids.empty()) return parse_token_ids(a.ids, "--ids", vocab);
+  PLUMB_CHECK(!a.model.is_synthetic(), "--synthetic {} has random weights and no tokenizer: give the prompt as --ids",
+              a.model.synthetic);
   std::string text = a.prompt;
   if (!a.chat.empty()) {
     const nlohmann::ordered_json kwargs = {{"messages", {{{"role", "user"}, {"content", a.chat}}}},
                                            {"add_generation_prompt", true}};
-    text = tokenizer::render_chat(tokenizer::ChatTemplate::from_dir(a.model), kwargs);
+    text = tokenizer::render_chat(tokenizer::ChatTemplate::from_dir(a.model.dir), kwargs);
   }
   std::vector<int32_t> ids = tok->encode(text);
   PLUMB_CHECK(!ids.empty(), "the prompt encodes to no tokens");
   for (int32_t id : ids)
-    PLUMB_CHECK(id < vocab, "{}/tokenizer.json gives token id {}, outside the model's vocabulary of {}", a.model, id,
-                vocab);
+    PLUMB_CHECK(id < vocab, "{}/tokenizer.json gives token id {}, outside the model's vocabulary of {}", a.model.dir,
+                id, vocab);
   return ids;
 }
 
 void run_generate(const GenerateArgs& a) {
   GenerationTimer timer;
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = open_model(a.model, *backend, a.check_weights);
+  const Qwen3NextModel model = a.model.open(*backend, a.check_weights);
   const int64_t vocab = model.config().vocab_size;
   std::optional<tokenizer::Tokenizer> tok;
-  if (a.ids.empty()) tok = tokenizer::Tokenizer::from_dir(a.model);
+  if (a.ids.empty() && !a.model.is_synthetic()) tok = tokenizer::Tokenizer::from_dir(a.model.dir);
   const std::vector<int32_t> prompt = prompt_ids(a, tok, vocab);
   GenerateOptions options;
   options.max_tokens = a.max_tokens;
   options.sampling = a.sampling;
-  options.stop_ids =
-      a.stop_ids.empty() ? default_stop_ids(a.model, model.config()) : parse_token_ids(a.stop_ids, "--stop-ids", vocab);
+  // A synthetic model has no folder, so no eos ids: it stops at --stop-ids or --max-tokens.
+  if (!a.stop_ids.empty())
+    options.stop_ids = parse_token_ids(a.stop_ids, "--stop-ids", vocab);
+  else if (!a.model.is_synthetic())
+    options.stop_ids = default_stop_ids(a.model.dir, model.config());
   if (a.ignore_eos) options.stop_ids.clear();
   if (a.verbose)
     std::fprintf(stderr, "plumb: seed %llu (--seed %llu reproduces this run)\n",
@@ -220,7 +227,7 @@ void register_model_commands(CLI::App& app) {
 
   auto gen_args = std::make_shared<GenerateArgs>();
   CLI::App* gen = app.add_subcommand("generate", "Generate tokens after a prompt");
-  gen->add_option("--model", gen_args->model, kModelHelp);
+  gen_args->model.add_options(*gen, kModelHelp);
   gen->add_option("--ids", gen_args->ids, "prompt token ids, comma-separated (or @FILE)");
   gen->add_option("--prompt", gen_args->prompt, "prompt text, encoded with the model folder's tokenizer.json");
   gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
@@ -244,7 +251,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_flag("--quiet,-q", gen_args->quiet, "print no notices or timings on stderr");
   gen->add_flag("--verbose,-v", gen_args->verbose, "also print the seed on stderr");
   gen->callback([gen_args, seed] {
-    gen_args->model = model_dir_or_default(gen_args->model, gen_args->quiet);
+    gen_args->model.resolve(gen_args->check_weights, gen_args->quiet);
     if (seed->count() == 0) gen_args->sampling.seed = fresh_seed();
     run_generate(*gen_args);
   });

@@ -1,10 +1,10 @@
-// plumb serve: the OpenAI-compatible HTTP server over one model folder, with continuous batching.
+// plumb serve: the OpenAI-compatible HTTP server over one model folder (or a synthetic model), with continuous
+// batching.
 #include <pthread.h>
 #include <signal.h>
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <new>
@@ -14,9 +14,9 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/device.h"
+#include "cli/model_choice.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
 #include "engine/model_runner.h"
 #include "model/kv_pages.h"
 #include "server/prompt.h"
@@ -26,7 +26,8 @@ namespace plumb::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", device = "cpu", api_key, served_model_name, allowed_origins;
+  ModelChoice model;
+  std::string host = "127.0.0.1", device = "cpu", api_key, served_model_name, allowed_origins;
   bool metrics_need_key = false, check_weights = false;
   uint16_t port = 8000;
   int32_t max_batch = 32;
@@ -115,8 +116,11 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(a.log_interval >= 0.0 && a.log_interval <= 86400.0,
               "--log-interval must be in [0, 86400] seconds, got {}", a.log_interval);
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = open_model(a.model, *backend, a.check_weights);
-  const server::ModelText text = server::ModelText::from_dir(a.model);
+  const Qwen3NextModel model = a.model.open(*backend, a.check_weights);
+  const server::ModelText text =
+      a.model.is_synthetic() ? server::ModelText::token_ids_only(fmt::format(
+                                   "plumb serve --synthetic {}: random weights, no tokenizer", a.model.synthetic))
+                             : server::ModelText::from_dir(a.model.dir);
   PLUMB_CHECK(a.max_batch >= 1, "--max-batch must be >= 1, got {}", a.max_batch);
   ModelRunner runner(model, a.max_batch);
   const int64_t context = runner.max_context();
@@ -138,10 +142,7 @@ void run_serve(const ServeArgs& a) {
   options.log_interval = std::chrono::milliseconds(static_cast<int64_t>(a.log_interval * 1000.0));
   options.allowed_origins = server::parse_allowed_origins(a.allowed_origins);
   options.metrics_need_key = a.metrics_need_key;
-  options.model_name = a.served_model_name.empty()
-                           ? std::filesystem::path(a.model).lexically_normal().filename().string()
-                           : a.served_model_name;
-  if (options.model_name.empty()) options.model_name = std::filesystem::absolute(a.model).parent_path().filename();
+  options.model_name = a.served_model_name.empty() ? a.model.name() : a.served_model_name;
   server::Server server(engine, text, options);
   std::printf("plumb serve: listening on http://%s:%u (model \"%s\", device %s, max batch %d)\n", a.host.c_str(),
               static_cast<unsigned>(server.port()), options.model_name.c_str(), a.device.c_str(), a.max_batch);
@@ -162,7 +163,7 @@ void run_serve(const ServeArgs& a) {
 void register_serve_commands(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* serve = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  serve->add_option("--model", args->model, std::string(kModelHelp) + ", with tokenizer.json");
+  args->model.add_options(*serve, std::string(kModelHelp) + ", with tokenizer.json");
   serve->add_option("--host", args->host, "address to listen on");
   serve->add_option("--port", args->port, "port to listen on (0: any free port)");
   serve->add_option("--device", args->device, kDeviceHelp);
@@ -183,7 +184,7 @@ void register_serve_commands(CLI::App& app) {
                     "stderr log of requests and throughput: text (key=value), json (one object a line) or none");
   serve->add_option("--log-interval", args->log_interval, "seconds between throughput lines while busy (0: none)");
   serve->callback([args] {
-    args->model = model_dir_or_default(args->model, /*quiet=*/false);
+    args->model.resolve(args->check_weights, /*quiet=*/false);
     run_serve(*args);
   });
 }

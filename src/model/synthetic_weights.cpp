@@ -186,6 +186,8 @@ SyntheticConfig synthetic_config(const std::string& name) {
   PLUMB_FAIL("unknown synthetic model '{}' (known: {})", name, names);
 }
 
+namespace {
+
 ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {
   const ModelConfig& c = config;
   const int64_t H = c.hidden_size;
@@ -211,6 +213,12 @@ ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint
   w.final_norm = f.zero_centred_norm(H);
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : f.projection({c.vocab_size, H});
   return w;
+}
+
+}  // namespace
+
+Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed) {
+  return Qwen3NextModel(config, synthetic_weights(config, backend, seed), backend);
 }
 
 }  // namespace plumb

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/weights.h"
+#include "model/qwen3_next.h"
 #include "ops/backend.h"
 
 namespace plumb {
@@ -24,9 +24,14 @@ struct SyntheticConfig {
 SyntheticConfig synthetic_config(const std::string& name);
 std::vector<std::string> synthetic_config_names();
 
-// Every weight of `config` allocated with backend.empty() and filled on the device with backend.random_uniform: BF16
-// projections uniform in ±1/sqrt(fan_in); F32 norms, conv kernels, A_log and dt_bias. Each tensor draws from its own
-// seed derived from `seed`, so the same seed gives the same model on every backend.
-ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed);
+// The seed plumb bench uses unless told otherwise; plumb serve and generate --synthetic use it, so they run the very
+// model the bench timed.
+inline constexpr uint64_t kSyntheticSeed = 1;
+
+// The model of `config` with random weights, the one construction bench, serve and generate share: every weight
+// allocated with backend.empty() and filled on the device with backend.random_uniform, BF16 projections uniform in
+// ±1/sqrt(fan_in), F32 norms, conv kernels, A_log and dt_bias. Each tensor draws from its own seed derived from
+// `seed`, so the same seed gives the same model on every backend.
+Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed);
 
 }  // namespace plumb

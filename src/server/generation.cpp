@@ -34,7 +34,10 @@ class GenerationRun {
         chat_(request.endpoint == Endpoint::kChatCompletions),
         id_(random_id(chat_ ? "chatcmpl-" : "cmpl-")),
         created_(static_cast<int64_t>(std::time(nullptr))),
-        decoder_(model.text.tokenizer(), tokenizer::SpecialTokens::kSkip),
+        decoder_(model.text.has_tokenizer()
+                     ? std::optional<tokenizer::StreamDecoder>(std::in_place, model.text.tokenizer(),
+                                                               tokenizer::SpecialTokens::kSkip)
+                     : std::nullopt),
         stops_(request.stop),
         parser_(opens_reasoning ? ReasoningStart::kInReasoning : ReasoningStart::kInContent,
                 request.parse_tool_calls ? ToolCallParsing::kOn : ToolCallParsing::kOff) {}
@@ -68,7 +71,7 @@ class GenerationRun {
   bool chat_;
   std::string id_;
   int64_t created_;
-  tokenizer::StreamDecoder decoder_;
+  std::optional<tokenizer::StreamDecoder> decoder_;  // absent: the model has no tokenizer, so text is ids
   StopMatcher stops_;
   OutputParser parser_;
   bool client_gone_ = false;
@@ -92,13 +95,13 @@ Json GenerationRun::chunk_base() const {
 }
 
 Json GenerationRun::logprobs_json(const std::vector<GeneratedToken>& tokens) {
-  const tokenizer::Tokenizer& tok = model_.text.tokenizer();
+  const ModelText& text = model_.text;
   if (chat_) {
     auto entry = [&](int32_t id, float logprob) {
-      const std::string text(tok.token_bytes(id));
+      const std::string bytes_text = text.token_bytes(id);
       Json bytes = Json::array();
-      for (unsigned char c : text) bytes.push_back(c);
-      return Json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+      for (unsigned char c : bytes_text) bytes.push_back(c);
+      return Json{{"token", bytes_text}, {"logprob", logprob}, {"bytes", bytes}};
     };
     Json content = Json::array();
     for (const GeneratedToken& t : tokens) {
@@ -114,14 +117,15 @@ Json GenerationRun::logprobs_json(const std::vector<GeneratedToken>& tokens) {
               {"top_logprobs", Json::array()},
               {"text_offset", Json::array()}};
   for (const GeneratedToken& t : tokens) {
-    out["tokens"].push_back(std::string(tok.token_bytes(t.id)));
+    const std::string bytes_text = text.token_bytes(t.id);
+    out["tokens"].push_back(bytes_text);
     out["token_logprobs"].push_back(t.logprob);
     Json top = Json::object();
-    for (const TokenLogprob& alt : t.top) top[std::string(tok.token_bytes(alt.id))] = alt.logprob;
+    for (const TokenLogprob& alt : t.top) top[text.token_bytes(alt.id)] = alt.logprob;
     out["top_logprobs"].push_back(std::move(top));
     // Offsets count characters from the start of the completion: UTF-8 bytes that begin a character.
     out["text_offset"].push_back(text_offset_);
-    for (unsigned char c : tok.token_bytes(t.id)) text_offset_ += (c & 0xc0) != 0x80;
+    for (unsigned char c : bytes_text) text_offset_ += (c & 0xc0) != 0x80;
   }
   return out;
 }
@@ -303,7 +307,7 @@ int GenerationRun::run() {
         ++completion_tokens_;
         model_.metrics.count_tokens(0, 1);
         if (request_.top_logprobs >= 0) (request_.stream ? pending_logprobs_ : all_logprobs_).push_back(*e.token);
-        on_text(decoder_.push(e.token->id));
+        on_text(decoder_ ? decoder_->push(e.token->id) : model_.text.token_bytes(e.token->id));
         if (stops_.stopped()) {
           engine.cancel(sub.id);
           finish_reason = "stop";
@@ -334,7 +338,7 @@ int GenerationRun::run() {
     exchange_.end_stream();
     return kClientClosedRequest;
   }
-  if (!stops_.stopped()) on_text(decoder_.flush());
+  if (!stops_.stopped() && decoder_) on_text(decoder_->flush());
   const std::string rest = stops_.flush();
   if (chat_) {
     OutputDelta tail = parser_.push(rest);

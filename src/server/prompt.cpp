@@ -32,9 +32,29 @@ void add_id(std::vector<int32_t>& ids, const Json& v) {
 
 }  // namespace
 
-ModelText::ModelText(tokenizer::Tokenizer tokenizer, std::optional<tokenizer::ChatTemplate> chat_template,
-                     std::vector<int32_t> eos_ids)
-    : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)), eos_ids_(std::move(eos_ids)) {}
+ModelText::ModelText(std::optional<tokenizer::Tokenizer> tokenizer,
+                     std::optional<tokenizer::ChatTemplate> chat_template, std::vector<int32_t> eos_ids,
+                     std::string no_tokenizer_reason)
+    : tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      eos_ids_(std::move(eos_ids)),
+      no_tokenizer_reason_(std::move(no_tokenizer_reason)) {}
+
+ModelText ModelText::token_ids_only(std::string why) {
+  return ModelText(std::nullopt, std::nullopt, {}, std::move(why));
+}
+
+const tokenizer::Tokenizer& ModelText::tokenizer() const {
+  PLUMB_CHECK(tokenizer_,
+              "this model has no tokenizer ({}): send the prompt as a list of token ids to /v1/completions, e.g. "
+              "{{\"prompt\": [1, 2, 3]}}",
+              no_tokenizer_reason_);
+  return *tokenizer_;
+}
+
+std::string ModelText::token_bytes(int32_t id) const {
+  return tokenizer_ ? std::string(tokenizer_->token_bytes(id)) : fmt::format(" {}", id);
+}
 
 ModelText ModelText::from_dir(const std::string& dir) {
   const std::filesystem::path folder(dir);
@@ -52,10 +72,11 @@ ModelText ModelText::from_dir(const std::string& dir) {
   if (eos_token.is_string()) {
     if (const std::optional<int32_t> id = tokenizer.token_id(eos_token.get<std::string>())) add_id(eos, *id);
   }
-  return ModelText(std::move(tokenizer), std::move(chat_template), std::move(eos));
+  return ModelText(std::move(tokenizer), std::move(chat_template), std::move(eos), "");
 }
 
 std::string ModelText::render_chat(const Json& messages, const Json& tools, const Json& extra) const {
+  tokenizer();  // a model without one says so, rather than that it lacks a template
   PLUMB_CHECK(chat_template_, "this model folder has no chat template; use /v1/completions");
   Json kwargs = extra;
   kwargs["messages"] = messages;

@@ -118,9 +118,9 @@ int Server::generate(const HttpRequest& http, HttpExchange& exchange, Endpoint e
     if (endpoint == Endpoint::kChatCompletions) {
       const std::string text = model_.text.render_chat(request.messages, request.tools, request.template_kwargs);
       opens_reasoning = prompt_opens_reasoning(text);
-      prompt = model_.text.tokenizer().encode(text);
+      prompt = model_.text.encode(text);
     } else {
-      prompt = request.prompt_is_ids ? request.prompt_ids : model_.text.tokenizer().encode(request.prompt_text);
+      prompt = request.prompt_is_ids ? request.prompt_ids : model_.text.encode(request.prompt_text);
     }
   } catch (const Error& e) {
     return reply(exchange, error_response(400, e.what()));

@@ -159,6 +159,21 @@ TEST_F(Cli, GeneratePrintsIdsAndIsReproducible) {
   EXPECT_EQ(sampled_a.out, sampled_b.out);
 }
 
+// --synthetic runs plumb bench's random-weight model (same shapes, same seed) with token-id prompts; it names the
+// model on its own, so a folder beside it, a text prompt or a weight scan is refused in one line.
+TEST_F(Cli, GenerateRunsASyntheticModelOnTokenIds) {
+  const std::string args = "generate --synthetic tiny --ids 1,2,3 --max-tokens 6 --print-ids";
+  const Outcome a = run(args);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_THAT(a.out, MatchesRegex("[0-9]+( [0-9]+){5}\n"));
+  EXPECT_EQ(run(args).out, a.out);
+  expect_clean_failure(run("generate --synthetic tiny --model " + model_ + " --ids 1"), "give one of them");
+  expect_clean_failure(run("generate --synthetic tiny --prompt hello"), "no tokenizer: give the prompt as --ids");
+  expect_clean_failure(run("generate --synthetic tiny --check-weights --ids 1"), "--synthetic tiny has none");
+  expect_clean_failure(run("generate --synthetic tiny-ish --ids 1"), "unknown synthetic model 'tiny-ish' (known:");
+  expect_clean_failure(run("serve --synthetic tiny --model " + model_), "give one of them");
+}
+
 TEST_F(Cli, GenerateStopsAtAStopId) {
   const Outcome greedy = run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids");
   ASSERT_EQ(greedy.status, 0);
