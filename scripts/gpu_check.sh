@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [heldout] [demo] [ab]  (no argument: all;
-#   ab only where a baseline is there)
+#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab]  (no argument:
+#   all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape, and its bit-identity across row counts
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
 # sanitize  compute-sanitizer memcheck and racecheck on the harness and on one generation
 # bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
+# serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
+#           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated), then bench/server/determinism.py: 1000
+#           greedy completions of one prompt under mixed load through plumb serve --device cuda --model models/default
 # heldout   plumb (CPU) against transformers on held-out models (tools/heldout_check.py)
 # demo      the default model generating text on the GPU
 # ab        bench/ab/ab.py: a baseline plumb (A: $PLUMB_AB_BASE, default build/ab-base/bin/plumb, unpacked from
@@ -28,7 +31,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear harness e2e sanitize bench heldout demo"
+default_steps="linear harness e2e sanitize bench serve heldout demo"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -114,6 +117,20 @@ PY
       --json "$out/bench_$model.json" 2>&1 | tee "$out/bench_$model.log" || ok=FAIL
   done
   record bench $ok
+fi
+
+if want serve; then
+  echo "== plumb serve --device cuda under load (35B shapes, random weights) and its determinism (models/default)"
+  ok=pass
+  timeout 240 python3 bench/server/load.py --plumb "$plumb" --concurrency 1,16,64 --requests 8,48,128 \
+    --prompt-tokens 512 --max-tokens 64 --json "$out/serve_load.json" --server-log "$out/serve_load_server.log" \
+    -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 2>&1 | tee "$out/serve_load.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  timeout 170 python3 bench/server/determinism.py --plumb "$plumb" -n 1000 --concurrency 32 \
+    --json "$out/serve_determinism.json" --server-log "$out/serve_determinism_server.log" \
+    -- --device cuda --model models/default --max-batch 32 2>&1 | tee "$out/serve_determinism.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  record serve $ok
 fi
 
 if want heldout; then

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""bench/server's load and determinism scripts, and `plumb serve --synthetic`, on the CPU in seconds.
+
+  serve_bench_test.py CASE PLUMB
+  load       load.py against `plumb serve --synthetic tiny` at concurrency 1 and 4: every level reported, in the
+             table and the JSON, with positive rates and latencies
+  tokenless  a --synthetic server has no tokenizer: chat and text prompts get a 400 saying so, token ids an answer
+             whose text is one " ID" per token
+  planted    determinism.py against a stand-in server whose greedy answers drift (every third request): exit 1, more
+             than one distinct text; the same stand-in answering steadily: exit 0
+"""
+import http.server
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SERVER_DIR = os.path.join(ROOT, "bench", "server")
+sys.path.insert(0, SERVER_DIR)
+import serving  # noqa: E402
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def script(name, *args):
+    proc = subprocess.run([sys.executable, os.path.join(SERVER_DIR, name), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=240)
+    print(proc.stdout)
+    return proc
+
+
+def load(plumb, work):
+    out = os.path.join(work, "load.json")
+    proc = script("load.py", "--plumb", plumb, "--concurrency", "1,4", "--requests", "2,8", "--prompt-tokens", "16",
+                  "--max-tokens", "4", "--json", out, "--", "--synthetic", "tiny")
+    check(proc.returncode == 0, f"load.py exits 0 (got {proc.returncode})")
+    check(re.search(r"^\| 4 \| 8 \| ", proc.stdout, re.M) is not None, "the table has the concurrency-4 row")
+    if not os.path.exists(out):
+        return check(False, "load.py wrote its JSON")
+    results = json.load(open(out))["results"]
+    check([(r["concurrency"], r["requests"]) for r in results] == [(1, 2), (4, 8)], "the JSON has both levels")
+    keys = ["requests_per_s", "tokens_per_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99"]
+    check(all(math.isfinite(r[k]) and r[k] > 0 for r in results for k in keys), "every figure is finite and > 0")
+
+
+def post(url, path, body):
+    request = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def tokenless(plumb, work):
+    class Args:
+        url, server_log, start_timeout, serve_args = None, None, 120, ["--synthetic", "tiny"]
+    Args.plumb = plumb
+    with serving.Server(Args) as url:
+        status, body = post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        message = body.get("error", {}).get("message", "")
+        check(status == 400 and "no tokenizer" in message and "token ids" in message, f"chat: 400 ({status}: {message})")
+        status, body = post(url, "/v1/completions", {"prompt": "hello", "max_tokens": 2})
+        check(status == 400 and "no tokenizer" in body.get("error", {}).get("message", ""), f"text prompt: 400 ({status})")
+        status, body = post(url, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 5, "temperature": 0})
+        text = body["choices"][0]["text"] if status == 200 else ""
+        check(re.fullmatch(r"( \d+){5}", text) is not None, f"token ids: 200 with five ' ID' pieces ({status}: {text!r})")
+
+
+def planted(plumb, work):
+    for mode, want in [("drift", 1), ("steady", 0)]:
+        count = {"n": 0}
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    count["n"] += 1
+                    drift = mode == "drift" and count["n"] % 3 == 0
+                text = f" {len(body['prompt'])}" + (" x" if drift else "")
+                n = body["max_tokens"]
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for piece in [text[:2], text[2:]]:
+                        self.wfile.write(b"data: " + json.dumps({"choices": [{"text": piece}]}).encode() + b"\n\n")
+                    usage = {"choices": [], "usage": {"completion_tokens": n}}
+                    self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+                    return
+                answer = json.dumps({"choices": [{"text": text}], "usage": {"completion_tokens": n}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 64  # the default 5 resets connections of 16 clients at once
+
+        server = Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        proc = script("determinism.py", "--url", f"http://127.0.0.1:{server.server_address[1]}", "-n", "50")
+        server.shutdown()
+        distinct = re.search(r"(\d+) distinct text", proc.stdout)
+        check(proc.returncode == want, f"{mode}: exit {want} (got {proc.returncode})")
+        check(distinct is not None and (int(distinct.group(1)) > 1) == (mode == "drift"),
+              f"{mode}: the distinct texts counted ({distinct.group(1) if distinct else 'none'})")
+
+
+def main():
+    case, plumb = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as work:
+        {"load": load, "tokenless": tokenless, "planted": planted}[case](plumb, work)
+    if failures:
+        sys.exit(f"{len(failures)} check(s) failed")
+
+
+if __name__ == "__main__":
+    main()
