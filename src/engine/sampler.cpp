@@ -61,10 +61,40 @@ Sampler::Sampler(SamplingParams params) : params_(params) {
               "frequency_penalty must be in [-2, 2], got {}", params_.frequency_penalty);
 }
 
+int64_t first_max_index(const float* x, int64_t n) {
+  // Without NaN the largest value is the same whatever order it is found in (-0 and +0 compare equal, and so do the
+  // first of either and max_element's), so the first pass keeps eight running maxima, free of one long dependency.
+  constexpr int64_t kLanes = 8;
+  float lane[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) lane[j] = x[0];
+  bool nan = false;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      nan |= x[i + j] != x[i + j];
+      lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    }
+  }
+  for (; i < n; ++i) {
+    nan |= x[i] != x[i];
+    lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+  }
+  if (nan) return std::max_element(x, x + n) - x;
+  float largest = lane[0];
+  for (int64_t j = 1; j < kLanes; ++j) largest = lane[j] > largest ? lane[j] : largest;
+  for (i = 0; i < n; ++i)
+    if (x[i] == largest) return i;
+  return 0;
+}
+
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, uint64_t step,
                         int64_t prompt_length) const {
   PLUMB_CHECK(prompt_length >= 0 && static_cast<size_t>(prompt_length) <= history.size(),
               "prompt_length {} is outside the history of {} tokens", prompt_length, history.size());
+  const bool penalized =
+      params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  // Greedy without penalties reads the logits in place: the same first maximum, without a copy of the vocabulary.
+  if (params_.temperature == 0.0f && !penalized) return static_cast<int32_t>(first_max_index(logits, vocab));
   std::vector<float> scores(logits, logits + vocab);
   if (params_.repetition_penalty != 1.0f) {
     // As transformers' RepetitionPenaltyLogitsProcessor: divide positive scores, multiply negative ones.
@@ -84,8 +114,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
       scores[id] -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
     }
   }
-  if (params_.temperature == 0.0f)
-    return static_cast<int32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
+  if (params_.temperature == 0.0f) return static_cast<int32_t>(first_max_index(scores.data(), vocab));
 
   // Candidates best first (ties to the lower id), then each filter keeps a prefix of them.
   const std::vector<int32_t> order = tokens_by_score(scores);

@@ -25,6 +25,10 @@ struct SamplingParams {
 // std::random_device below 2^53, so JSON clients that read numbers as doubles (JavaScript) get it back exactly.
 uint64_t fresh_seed();
 
+// The index std::max_element(x, x + n) returns (the first largest element; a NaN only when it comes first), found in
+// passes the compiler vectorizes: the largest value, then the first element equal to it. n >= 1.
+int64_t first_max_index(const float* x, int64_t n);
+
 // Token ids ordered by score, highest first, equal scores by lower id (-0 and +0 are equal): the order of
 // std::stable_sort with `scores[a] > scores[b]`, made by four stable counting passes over the scores' bits, so a
 // 248K-token vocabulary takes a few milliseconds instead of a comparison sort's tens.

@@ -34,6 +34,26 @@ TEST(Sampler, TokensByScoreIsTheStableSortOrder) {
   }
 }
 
+// first_max_index is std::max_element's answer on every input: ties to the first, -0 and +0 alike, infinities, and
+// a NaN (which max_element keeps only when it comes first), at sizes around its eight lanes and a full vocabulary.
+TEST(Sampler, FirstMaxIndexIsMaxElement) {
+  std::mt19937_64 rng(5);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f};
+  for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{17}, int64_t{248320}}) {
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      std::uniform_int_distribution<int> level(0, 3);  // few distinct values, so ties are common
+      for (float& v : x) v = static_cast<float>(level(rng)) - 1.5f;
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      const int plants = trial % 4;
+      for (int k = 0; k < plants; ++k) x[static_cast<size_t>(at(rng))] = specials[(trial + k) % 7];
+      if (trial % 10 == 9) x[0] = NAN;
+      EXPECT_EQ(first_max_index(x.data(), n), std::max_element(x.begin(), x.end()) - x.begin())
+          << "n " << n << ", trial " << trial;
+    }
+  }
+}
+
 TEST(Sampler, GreedyTakesTheLowestIdAmongTheBest) {
   const Sampler greedy(SamplingParams{});
   EXPECT_EQ(greedy.sample(kLogits.data(), 6, {}, 0), 1);
