@@ -45,8 +45,12 @@ std::vector<float> ModelRunner::run(const std::vector<RunnerEntry>& batch) {
     inputs.push_back({&*state, e.tokens});
   }
   if (inputs.empty()) return {};
-  const Tensor logits = model_.backend().download(model_.forward(inputs, LogitsRows::kLast));  // [entries, V]
-  return std::vector<float>(logits.f32(), logits.f32() + logits.numel());
+  const Tensor logits = model_.forward(inputs, LogitsRows::kLast);  // [entries, V] in the backend's memory
+  // Copied straight into the vector returned: no host tensor of its own to fill and copy again.
+  std::vector<float> out(static_cast<size_t>(logits.numel()));
+  Tensor host(DType::kF32, logits.shape(), Device::kCpu, out.data(), nullptr);
+  model_.backend().copy(logits, host);
+  return out;
 }
 
 void ModelRunner::release(int32_t slot) {
