@@ -238,7 +238,8 @@ TEST_F(Cli, GenerateReportsTimingsOnStderrUnlessQuiet) {
   const std::string args = "generate --model " + model_ + " --ids 3,4,5 --max-tokens 4 --ignore-eos --print-ids";
   const Outcome r = run(args);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_THAT(r.err, MatchesRegex("plumb: load [0-9.]+ ms\n"
+  EXPECT_THAT(r.err, MatchesRegex("plumb: read shard 1/1 \\(model.safetensors\\), [^\n]+\n"
+                                  "plumb: load [0-9.]+ ms\n"
                                   "plumb: prompt 3 tokens in [0-9.]+ ms, [0-9.]+ tokens/s; time to first token [0-9.]+ "
                                   "ms\nplumb: generated 4 tokens; 3 decode steps in [0-9.]+ ms, [0-9.]+ tokens/s\n"));
   const Outcome quiet = run(args + " --quiet");
@@ -391,6 +392,22 @@ TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
   const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
   expect_clean_failure(r, "--kv-cache-gib 100000: ");
   EXPECT_THAT(r.err, HasSubstr("do not fit"));
+}
+
+// Issue 23's loading progress, printed off a terminal.
+
+TEST_F(Cli, LoadingPrintsALinePerShardOffATerminalThenTheLoadTime) {
+  const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 1 --print-ids";
+  const Outcome r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  // The synthetic model: one checkpoint file, every byte of it read.
+  EXPECT_THAT(r.err, MatchesRegex("plumb: read shard 1/1 \\(model.safetensors\\), [0-9.]+ KiB of [0-9.]+ KiB\n"
+                                  "plumb: load [0-9.]+ ms\n(.|\n)*"));
+  const std::string shard_line = r.err.substr(0, r.err.find('\n'));
+  const size_t of = shard_line.find(" of ");
+  EXPECT_EQ(shard_line.substr(shard_line.find("), ") + 3, of - shard_line.find("), ") - 3), shard_line.substr(of + 4))
+      << "bytes read differ from the total";
+  EXPECT_EQ(run(args + " --quiet").err, "");
 }
 
 }  // namespace
