@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # `plumb chat` on a pseudo-terminal, driven through tmux: the banner and prompt come up, a typed message is answered
 # token by token (the pane shows part of the answer before the turn's timings), the up arrow recalls the message
-# from libedit's history, Enter sends it again, and /exit ends the chat with status 0.
-# Usage: chat_tty_test.sh PLUMB_BINARY MODEL_DIR
+# from libedit's history, Enter sends it again, a question's reasoning is dimmed, and /exit ends the chat with
+# status 0. The model is models/default with tools/tiny_chat_template.jinja, which opens <think> after a question.
+# Usage: chat_tty_test.sh PLUMB_BINARY SOURCE_DIR
 set -euo pipefail
 plumb=$1
-model=$2
+source_dir=$2
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/setup.sh installs it)"; exit 1; }
-socket=$(mktemp -u "${TMPDIR:-/tmp}/plumb-chat-tty.XXXXXX")
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/plumb-chat-tty.XXXXXX")
+socket=$scratch/tmux.socket
 tm() { tmux -S "$socket" "$@"; }
-trap 'tm kill-server 2>/dev/null || true; rm -f "$socket"' EXIT
+trap 'tm kill-server 2>/dev/null || true; rm -rf "$scratch"' EXIT
+model=$scratch/model
+mkdir "$model"
+for f in config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json; do
+  ln -s "$source_dir/models/default/$f" "$model/$f"
+done
+cp "$source_dir/tools/tiny_chat_template.jinja" "$model/chat_template.jinja"
 fail() {
   echo "FAIL: $1"
   echo "--- pane:"
@@ -56,6 +64,15 @@ for _ in $(seq 6000); do
   sleep 0.02
 done
 [ "$(screen | grep -c '^plumb: generated')" = 2 ] || fail "the recalled message was not answered"
+wait_for '^> ?$'
+# A question: the template opens <think>, so the answer starts as reasoning, drawn dim (SGR 2).
+tm send-keys -t chat "Why?" Enter
+for _ in $(seq 6000); do
+  [ "$(screen | grep -c '^plumb: generated')" = 3 ] && break
+  sleep 0.02
+done
+[ "$(screen | grep -c '^plumb: generated')" = 3 ] || fail "the question was not answered"
+tm capture-pane -p -e -t chat | grep -q $'\e\\[2m' || fail "no dim text (the reasoning) on the pane"
 wait_for '^> ?$'
 tm send-keys -t chat /exit Enter
 wait_for '^chat exited with status 0$'

@@ -473,6 +473,35 @@ TEST_F(Cli, ChatPlainModeKeepsTheConversationResetsAndExits) {
   EXPECT_EQ(quiet.out, chat.out);
 }
 
+// models/default's weights and tokenizer with tools/tiny_chat_template.jinja, which opens a <think> block after a
+// question, as Qwen3.5's templates do.
+std::string thinking_model(const std::string& dir) {
+  const std::string model = dir + "/thinking", source = test::source_dir();
+  std::filesystem::create_directories(model);
+  for (const char* file :
+       {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::create_symlink(source + "/models/default/" + file, model + "/" + file);
+  std::filesystem::copy_file(source + "/tools/tiny_chat_template.jinja", model + "/chat_template.jinja");
+  return model;
+}
+
+TEST_F(Cli, ChatPlainModeWritesTheReasoningToStderrApartFromTheAnswer) {
+  const std::string model = thinking_model(dir_);
+  std::ofstream(dir_ + "/in.txt") << "Why?\n";
+  const Outcome chat = run("chat --model " + model + " --max-tokens 12 --quiet < " + dir_ + "/in.txt");
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_EQ(chat.out, "\n") << "every token was reasoning: the answer is empty";
+  // The reasoning is what greedy generation writes after the prompt, less the newlines right after <think>.
+  const std::string prompt = tokenizer::render_chat(
+      tokenizer::ChatTemplate::from_dir(model),
+      {{"messages", {{{"role", "user"}, {"content", "Why?"}}}}, {"add_generation_prompt", true}});
+  ASSERT_TRUE(prompt.ends_with("<think>\n")) << prompt;
+  const Outcome thought = run("generate --model " + model + " --max-tokens 12 --quiet --prompt " + shell_quote(prompt));
+  ASSERT_EQ(thought.status, 0) << thought.err;
+  EXPECT_EQ(chat.err, thought.out.substr(thought.out.find_first_not_of('\n')));
+  EXPECT_EQ(chat.err.find('\x1b'), std::string::npos) << "escapes in plain mode";
+}
+
 TEST_F(Cli, ChatPlainModeEndsAtAFailedTurnWithOneLine) {
   const std::string model = test::source_dir() + "/models/default";
   // 5000 words: more tokens than the default model's context.
