@@ -115,6 +115,10 @@ void register_chat_commands(CLI::App& app) {
   chat->add_option("--model", args->chat.model_dir, kModelHelp);
   chat->add_option("--system", args->system, "system prompt (/system TEXT changes it during the chat)");
   chat->add_option("--max-tokens", args->chat.max_tokens, "most tokens of one answer");
+  // A chat samples by default, as llama.cpp's does: greedy answers repeat themselves (and small models loop).
+  args->chat.sampling.temperature = 0.8f;
+  args->chat.sampling.top_p = 0.9f;
+  args->chat.sampling.repetition_penalty = 1.1f;
   CLI::Option* seed = add_sampling_options(*chat, args->chat.sampling);
   chat->add_option("--device", args->device, kDeviceHelp);
   chat->add_flag("--check-weights", args->check_weights, kCheckWeightsHelp);

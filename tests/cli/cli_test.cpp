@@ -242,6 +242,10 @@ TEST_F(Cli, HelpShowsEveryDefault) {
                             "--log-interval FLOAT=5"})
     EXPECT_THAT(serve.out, HasSubstr(shown));
   EXPECT_THAT(run("inspect --help").out, HasSubstr("--context INT=the model's max_position_embeddings"));
+  const Outcome chat = run("chat --help");
+  for (const char* shown : {"--max-tokens INT=512", "--temperature FLOAT=0.8", "--top-p FLOAT=0.9",
+                            "--repetition-penalty FLOAT=1.1", "--seed UINT=random", "--system TEXT", "$PLUMB_MODEL"})
+    EXPECT_THAT(chat.out, HasSubstr(shown));
 }
 
 TEST_F(Cli, GenerateReportsTimingsOnStderrUnlessQuiet) {
@@ -423,7 +427,8 @@ TEST_F(Cli, ChatPlainModeKeepsTheConversationResetsAndExits) {
                                   << second << "\n/reset\n"
                                   << first << "\n/exit\n"
                                   << second << "\n";
-  const Outcome chat = run("chat --model " + model + " --max-tokens 12 < " + dir_ + "/in.txt");
+  const Outcome chat =
+      run("chat --model " + model + " --temperature 0 --repetition-penalty 1 --max-tokens 12 < " + dir_ + "/in.txt");
   ASSERT_EQ(chat.status, 0) << chat.err;
   EXPECT_EQ(chat.out.find('\x1b'), std::string::npos) << "escapes in plain mode";
 
@@ -468,7 +473,8 @@ TEST_F(Cli, ChatPlainModeKeepsTheConversationResetsAndExits) {
       << chat.err;
   EXPECT_THAT(chat.err, HasSubstr("plumb: the conversation starts over\n"));
 
-  const Outcome quiet = run("chat --model " + model + " --max-tokens 12 --quiet < " + dir_ + "/in.txt");
+  const Outcome quiet = run("chat --model " + model +
+                            " --temperature 0 --repetition-penalty 1 --max-tokens 12 --quiet < " + dir_ + "/in.txt");
   EXPECT_EQ(quiet.err, "");
   EXPECT_EQ(quiet.out, chat.out);
 }
@@ -488,7 +494,8 @@ std::string thinking_model(const std::string& dir) {
 TEST_F(Cli, ChatPlainModeWritesTheReasoningToStderrApartFromTheAnswer) {
   const std::string model = thinking_model(dir_);
   std::ofstream(dir_ + "/in.txt") << "Why?\n";
-  const Outcome chat = run("chat --model " + model + " --max-tokens 12 --quiet < " + dir_ + "/in.txt");
+  const Outcome chat = run("chat --model " + model +
+                           " --temperature 0 --repetition-penalty 1 --max-tokens 12 --quiet < " + dir_ + "/in.txt");
   ASSERT_EQ(chat.status, 0) << chat.err;
   EXPECT_EQ(chat.out, "\n") << "every token was reasoning: the answer is empty";
   // The reasoning is what greedy generation writes after the prompt, less the newlines right after <think>.
