@@ -6,8 +6,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libutf8proc-dev
-  clang clang-format libclang-rt-14-dev python3 curl chromium
+  libpcre2-dev libutf8proc-dev libedit-dev
+  clang clang-format libclang-rt-14-dev python3 curl chromium tmux
 )
 # The machine image ships Node.js with npm; Debian's nodejs package conflicts with that npm, so only install it where
 # neither exists.

@@ -8,9 +8,11 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/device.h"
+#include "cli/load_progress.h"
 #include "cli/model_choice.h"
 #include "cli/model_report.h"
 #include "cli/parse.h"
+#include "cli/sampling_options.h"
 #include "cli/timings.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -145,17 +147,15 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const std::optional<token
   }
   std::vector<int32_t> ids = tok->encode(text);
   PLUMB_CHECK(!ids.empty(), "the prompt encodes to no tokens");
-  for (int32_t id : ids)
-    PLUMB_CHECK(id < vocab, "{}/tokenizer.json gives token id {}, outside the model's vocabulary of {}", a.model.dir,
-                id, vocab);
+  check_tokenizer_ids(ids, a.model.dir, vocab);
   return ids;
 }
 
 void run_generate(const GenerateArgs& a) {
-  GenerationTimer timer;
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = a.model.open(*backend, a.check_weights);
-  const int64_t vocab = model.config().vocab_size;
+  // Everything the command line can get wrong is checked before the model loads.
+  const ModelConfig config = a.model.config();
+  const int64_t vocab = config.vocab_size;
   std::optional<tokenizer::Tokenizer> tok;
   if (a.ids.empty() && !a.model.is_synthetic()) tok = tokenizer::Tokenizer::from_dir(a.model.dir);
   const std::vector<int32_t> prompt = prompt_ids(a, tok, vocab);
@@ -166,15 +166,17 @@ void run_generate(const GenerateArgs& a) {
   if (!a.stop_ids.empty())
     options.stop_ids = parse_token_ids(a.stop_ids, "--stop-ids", vocab);
   else if (!a.model.is_synthetic())
-    options.stop_ids = default_stop_ids(a.model.dir, model.config());
+    options.stop_ids = default_stop_ids(a.model.dir, config);
   if (a.ignore_eos) options.stop_ids.clear();
+  check_generation(config, static_cast<int64_t>(prompt.size()), options);
+  const Qwen3NextModel model = a.model.open(*backend, a.check_weights, a.quiet);
   if (a.verbose)
     std::fprintf(stderr, "plumb: seed %llu (--seed %llu reproduces this run)\n",
                  static_cast<unsigned long long>(a.sampling.seed), static_cast<unsigned long long>(a.sampling.seed));
   // Text is printed as it streams, whole UTF-8 characters at a time; without a tokenizer, ids are.
   std::optional<tokenizer::StreamDecoder> text;
   if (tok && !a.print_ids) text.emplace(*tok, tokenizer::SpecialTokens::kSkip);
-  timer.loaded();
+  GenerationTimer timer;
   const GenerateResult result = generate(model, prompt, options, [&](int32_t id) {
     timer.token();
     if (a.print_ids) return;
@@ -232,15 +234,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--prompt", gen_args->prompt, "prompt text, encoded with the model folder's tokenizer.json");
   gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
   gen->add_option("--max-tokens", gen_args->max_tokens, "most tokens to generate");
-  gen->add_option("--temperature", gen_args->sampling.temperature, "0 for greedy");
-  gen->add_option("--top-k", gen_args->sampling.top_k, "keep the k most likely tokens (0: all)");
-  gen->add_option("--top-p", gen_args->sampling.top_p, "keep the most likely tokens up to this mass");
-  gen->add_option("--min-p", gen_args->sampling.min_p, "drop tokens below this fraction of the best one");
-  gen->add_option("--repetition-penalty", gen_args->sampling.repetition_penalty, "1 for none");
-  CLI::Option* seed =
-      gen->add_option("--seed", gen_args->sampling.seed, "seed of a sampled run (default: a fresh one each run)")
-          ->default_str("random")
-          ->check(seed_error);
+  CLI::Option* seed = add_sampling_options(*gen, gen_args->sampling);
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");
   gen->add_flag("--check-weights", gen_args->check_weights, kCheckWeightsHelp);

@@ -116,7 +116,8 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(a.log_interval >= 0.0 && a.log_interval <= 86400.0,
               "--log-interval must be in [0, 86400] seconds, got {}", a.log_interval);
   const auto backend = make_backend(a.device);
-  const Qwen3NextModel model = a.model.open(*backend, a.check_weights);
+  // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
+  const Qwen3NextModel model = a.model.open(*backend, a.check_weights, /*quiet=*/true);
   const server::ModelText text =
       a.model.is_synthetic() ? server::ModelText::token_ids_only(fmt::format(
                                    "plumb serve --synthetic {}: random weights, no tokenizer", a.model.synthetic))

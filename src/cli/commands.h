@@ -7,6 +7,7 @@
 namespace plumb::cli {
 
 void register_model_commands(CLI::App& app);      // logits, generate, inspect
+void register_chat_commands(CLI::App& app);       // chat
 void register_tokenizer_commands(CLI::App& app);  // tokenize, detokenize, render
 void register_serve_commands(CLI::App& app);      // serve
 void register_bench_commands(CLI::App& app);      // bench

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   // Subcommands copy their parent's option defaults when made, so every option of every --help shows its default.
   app.option_defaults()->always_capture_default();
   plumb::cli::register_model_commands(app);
+  plumb::cli::register_chat_commands(app);
   plumb::cli::register_tokenizer_commands(app);
   plumb::cli::register_serve_commands(app);
   plumb::cli::register_bench_commands(app);

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "cli/default_model.h"
+#include "cli/load_progress.h"
 #include "core/error.h"
 #include "engine/generate.h"
 #include "model/synthetic_weights.h"
@@ -28,9 +29,13 @@ void ModelChoice::resolve(bool check_weights, bool quiet) {
   synthetic_config(synthetic);  // an unknown name fails here, listing the known ones
 }
 
-Qwen3NextModel ModelChoice::open(Backend& backend, bool check_weights) const {
+ModelConfig ModelChoice::config() const {
+  return is_synthetic() ? synthetic_config(synthetic).config : load_model_config(dir);
+}
+
+Qwen3NextModel ModelChoice::open(Backend& backend, bool check_weights, bool quiet) const {
   if (is_synthetic()) return synthetic_model(synthetic_config(synthetic).config, backend, kSyntheticSeed);
-  return open_model(dir, backend, check_weights);
+  return open_model_showing_progress(dir, backend, check_weights, quiet);
 }
 
 std::string ModelChoice::name() const {

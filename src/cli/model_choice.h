@@ -21,9 +21,11 @@ struct ModelChoice {
   // weights. Without either, dir becomes the default folder (model_dir_or_default), said on stderr unless `quiet`.
   void resolve(bool check_weights, bool quiet);
   bool is_synthetic() const { return !synthetic.empty(); }
-  // The model on `backend`: the folder loaded (its weights scanned with check_weights), or the synthetic model
-  // built on the device with plumb bench's seed.
-  Qwen3NextModel open(Backend& backend, bool check_weights) const;
+  // The model's configuration, before anything loads: the synthetic model's, or the folder's config.json.
+  ModelConfig config() const;
+  // The model on `backend`: the folder loaded with its progress on stderr unless `quiet` (its weights scanned with
+  // check_weights), or the synthetic model built on the device with plumb bench's seed.
+  Qwen3NextModel open(Backend& backend, bool check_weights, bool quiet) const;
   // The model's name: the synthetic model's, or the folder's own.
   std::string name() const;
 };

@@ -36,6 +36,12 @@ std::vector<int32_t> parse_token_ids(const std::string& arg, const char* flag, i
   return ids;
 }
 
+void check_tokenizer_ids(const std::vector<int32_t>& ids, const std::string& model_dir, int64_t vocab_size) {
+  for (int32_t id : ids)
+    PLUMB_CHECK(id < vocab_size, "{}/tokenizer.json gives token id {}, outside the model's vocabulary of {}", model_dir,
+                id, vocab_size);
+}
+
 std::string seed_error(const std::string& text) {
   uint64_t seed = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);

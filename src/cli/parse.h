@@ -11,6 +11,9 @@ namespace plumb::cli {
 // integer in [0, vocab_size).
 std::vector<int32_t> parse_token_ids(const std::string& text, const char* flag, int64_t vocab_size);
 
+// Throws unless every id a model folder's tokenizer gave is inside the model's vocabulary.
+void check_tokenizer_ids(const std::vector<int32_t>& ids, const std::string& model_dir, int64_t vocab_size);
+
 // A CLI11 check for --seed: "" for a decimal integer in [0, 2^64 - 1], else the message. Without it CLI11 turns -1,
 // 2^64 and 2^65 alike into 2^64 - 1.
 std::string seed_error(const std::string& text);

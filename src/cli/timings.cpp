@@ -19,10 +19,9 @@ double rate(int64_t tokens, double ms) {
 std::string GenerationTimer::report(int64_t prompt_tokens, int64_t generated, bool stopped) const {
   // The first token comes out of the prompt's forward pass; without one, the prompt's time runs to the end.
   const Clock::time_point first = first_token_.value_or(finished_);
-  const double prompt_ms = ms_between(loaded_, first);
-  std::string out = fmt::format("plumb: load {:.1f} ms\n", ms_between(start_, loaded_));
-  out += fmt::format("plumb: prompt {} tokens in {:.1f} ms, {:.2f} tokens/s", prompt_tokens, prompt_ms,
-                     rate(prompt_tokens, prompt_ms));
+  const double prompt_ms = ms_between(start_, first);
+  std::string out = fmt::format("plumb: prompt {} tokens in {:.1f} ms, {:.2f} tokens/s", prompt_tokens, prompt_ms,
+                                rate(prompt_tokens, prompt_ms));
   if (first_token_) out += fmt::format("; time to first token {:.1f} ms", prompt_ms);
   // Every later token, and a stop token drawn after them, took one decode step.
   const int64_t steps = generated > 0 ? generated - 1 + (stopped ? 1 : 0) : 0;

@@ -1,5 +1,6 @@
-// The timings `plumb generate` prints on stderr when it is done, as llama.cpp's tools do: model load, the prompt's
-// tokens and rate up to the first generated token, and the rate of the decode steps after it.
+// The timings `plumb generate` and `plumb chat` print on stderr after each generation, as llama.cpp's tools do: the
+// prompt's tokens and rate up to the first generated token, and the rate of the decode steps after it. (The model's
+// load time is printed once it is loaded: cli/load_progress.h.)
 #pragma once
 
 #include <chrono>
@@ -12,9 +13,8 @@ namespace plumb::cli {
 class GenerationTimer {
  public:
   using Clock = std::chrono::steady_clock;
-  GenerationTimer() : start_(Clock::now()), loaded_(start_), finished_(start_) {}
-  void loaded() { loaded_ = Clock::now(); }  // the model is loaded; the prompt runs next
-  void token() {                             // a token was generated
+  GenerationTimer() : start_(Clock::now()), finished_(start_) {}  // made as the prompt starts to run
+  void token() {                                                  // a token was generated
     if (!first_token_) first_token_ = Clock::now();
   }
   void finished() { finished_ = Clock::now(); }
@@ -23,7 +23,7 @@ class GenerationTimer {
   std::string report(int64_t prompt_tokens, int64_t generated, bool stopped) const;
 
  private:
-  Clock::time_point start_, loaded_, finished_;
+  Clock::time_point start_, finished_;
   std::optional<Clock::time_point> first_token_;
 };
 

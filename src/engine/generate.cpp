@@ -12,7 +12,11 @@
 namespace plumb {
 
 Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, bool check_weights) {
-  LoadedModel loaded = load_model(model_dir, backend, LoadOptions{check_weights});
+  return open_model(model_dir, backend, LoadOptions{check_weights, {}});
+}
+
+Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, const LoadOptions& options) {
+  LoadedModel loaded = load_model(model_dir, backend, options);
   return Qwen3NextModel(std::move(loaded.config), std::move(loaded.weights), backend);
 }
 
@@ -44,26 +48,20 @@ std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelC
   return out;
 }
 
-GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                        const std::function<void(int32_t)>& on_token) {
-  PLUMB_CHECK(!prompt.empty(), "the prompt is empty: generation needs at least one token");
-  PLUMB_CHECK(options.max_tokens >= 0, "max tokens must be >= 0, got {}", options.max_tokens);
+namespace {
+
+// The decode loop on `state`, which has processed the first state.position ids of the prompt.
+GenerateResult run_generation(const Qwen3NextModel& model, SequenceState state, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
   const Sampler sampler(options.sampling);
   const int64_t vocab = model.config().vocab_size;
   GenerateResult result;
-  // Checked before anything is allocated; pages then come as the sequence grows, so memory follows the tokens made,
-  // not the limit asked for.
-  const int64_t context = model.config().max_position_embeddings;
-  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
-  PLUMB_CHECK(prompt_tokens < context && options.max_tokens <= context - prompt_tokens,
-              "max tokens {} after a prompt of {} tokens exceeds the model's context of {} tokens (at most {} here)",
-              options.max_tokens, prompt_tokens, context, std::max<int64_t>(0, context - prompt_tokens));
-  result.state = model.new_sequence(prompt_tokens);
-  SequenceState& state = result.state;
+  result.state = std::move(state);
   std::vector<int32_t> history = prompt;
-  std::vector<int32_t> next_input = prompt;
+  std::vector<int32_t> next_input(prompt.begin() + result.state.position, prompt.end());
   for (int64_t step = 0; step < options.max_tokens; ++step) {
-    const Tensor logits = model.backend().download(model.forward(state, next_input, LogitsRows::kLast));  // [1, V]
+    const Tensor logits =
+        model.backend().download(model.forward(result.state, next_input, LogitsRows::kLast));  // [1, V]
     const int32_t id = sampler.sample(logits.f32(), vocab, history, static_cast<uint64_t>(step));
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) {
       result.finish = FinishReason::kStop;
@@ -76,6 +74,35 @@ GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>&
     next_input = {id};
   }
   return result;
+}
+
+}  // namespace
+
+void check_generation(const ModelConfig& config, int64_t prompt_tokens, const GenerateOptions& options) {
+  PLUMB_CHECK(prompt_tokens > 0, "the prompt is empty: generation needs at least one token");
+  PLUMB_CHECK(options.max_tokens >= 0, "max tokens must be >= 0, got {}", options.max_tokens);
+  const Sampler validated(options.sampling);  // its constructor checks the parameters
+  const int64_t context = config.max_position_embeddings;
+  PLUMB_CHECK(prompt_tokens < context && options.max_tokens <= context - prompt_tokens,
+              "max tokens {} after a prompt of {} tokens exceeds the model's context of {} tokens (at most {} here)",
+              options.max_tokens, prompt_tokens, context, std::max<int64_t>(0, context - prompt_tokens));
+}
+
+GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token) {
+  // Checked before anything is allocated; pages then come as the sequence grows, so memory follows the tokens made,
+  // not the limit asked for.
+  check_generation(model.config(), static_cast<int64_t>(prompt.size()), options);
+  return run_generation(model, model.new_sequence(static_cast<int64_t>(prompt.size())), prompt, options, on_token);
+}
+
+GenerateResult continue_generation(const Qwen3NextModel& model, SequenceState state, const std::vector<int32_t>& prompt,
+                                   const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
+  check_generation(model.config(), static_cast<int64_t>(prompt.size()), options);
+  PLUMB_CHECK(state.position >= 0 && state.position < static_cast<int64_t>(prompt.size()),
+              "a sequence that has processed {} tokens cannot continue with a prompt of {}: it needs a new token",
+              state.position, prompt.size());
+  return run_generation(model, std::move(state), prompt, options, on_token);
 }
 
 }  // namespace plumb

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "loader/load_model.h"
 #include "model/qwen3_next.h"
 
 namespace plumb {
@@ -27,12 +28,22 @@ struct GenerateResult {
   SequenceState state;                // the sequence's state after its last forward step
 };
 
+// Throws unless `options` are valid (its sampling parameters included) and a prompt of `prompt_tokens` tokens plus
+// options.max_tokens fit `config`'s context. generate() checks this first; a caller may check it before loading the
+// model, so that bad input fails before the expensive part.
+void check_generation(const ModelConfig& config, int64_t prompt_tokens, const GenerateOptions& options);
+
 // Calls on_token(id) for each generated token as it is produced (not for the stop token).
 GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                         const std::function<void(int32_t)>& on_token = {});
+// generate() on a sequence that has already processed the first state.position ids of `prompt` (a conversation's
+// earlier turns): only the rest runs. At least one id of `prompt` must be new.
+GenerateResult continue_generation(const Qwen3NextModel& model, SequenceState state, const std::vector<int32_t>& prompt,
+                                   const GenerateOptions& options, const std::function<void(int32_t)>& on_token = {});
 
 // Opens DIR as a model on `backend`; with check_weights, every weight is scanned for NaN and infinity first.
 Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, bool check_weights = false);
+Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, const LoadOptions& options);
 
 // The ids that end generation by default: config.json's eos_token_id and those of generation_config.json, if any.
 std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelConfig& config);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -80,6 +81,57 @@ void check_finite(const Tensor& host, const std::string& name, const std::string
   }
 }
 
+// The checkpoint bytes a slot reads: its tensor and, for FP8, the scales beside it.
+int64_t stored_bytes(const CheckpointFiles& files, const WeightSlot& slot) {
+  const auto bytes = [&](const std::string& name) {
+    const TensorInfo& info = files.info(name);
+    return shape_numel(info.shape) * static_cast<int64_t>(dtype_size(info.dtype));
+  };
+  const TensorInfo& info = files.info(slot.name);
+  int64_t total = bytes(slot.name);
+  if (info.dtype == DType::kF8E4M3 && slot.name.ends_with(".weight") && files.contains(scale_name_of(slot.name)))
+    total += bytes(scale_name_of(slot.name));
+  return total;
+}
+
+// Counts the bytes read per file against totals summed over the table before loading, for LoadOptions::on_progress.
+class ProgressCounter {
+ public:
+  ProgressCounter(const CheckpointFiles& files, const std::vector<WeightSlot>& table,
+                  std::function<void(const LoadProgress&)> on_progress)
+      : files_(files), on_progress_(std::move(on_progress)) {
+    for (const WeightSlot& slot : table) {
+      if (!files.contains(slot.name)) continue;  // the load fails on it, naming it
+      Shard& shard = shards_[files.info(slot.name).file];
+      if (shard.number == 0) shard.number = static_cast<int>(shards_.size());
+      shard.bytes_left += stored_bytes(files, slot);
+      progress_.bytes_total += stored_bytes(files, slot);
+    }
+    progress_.shards = static_cast<int>(shards_.size());
+  }
+  void read(const WeightSlot& slot) {
+    if (!on_progress_) return;
+    const int64_t bytes = stored_bytes(files_, slot);
+    progress_.file = files_.info(slot.name).file;
+    Shard& shard = shards_.at(progress_.file);
+    shard.bytes_left -= bytes;
+    progress_.shard = shard.number;
+    progress_.shard_done = shard.bytes_left == 0;
+    progress_.bytes_done += bytes;
+    on_progress_(progress_);
+  }
+
+ private:
+  struct Shard {
+    int number = 0;
+    int64_t bytes_left = 0;
+  };
+  const CheckpointFiles& files_;
+  std::function<void(const LoadProgress&)> on_progress_;
+  std::map<std::string, Shard> shards_;
+  LoadProgress progress_;
+};
+
 }  // namespace
 
 LoadedModel load_model(const std::string& model_dir, Backend& backend, const LoadOptions& options) {
@@ -89,6 +141,7 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend, const Loa
   const std::vector<WeightSlot> table =
       build_weight_table(c, m.weights, [&](const std::string& name) { return files.contains(name); });
 
+  ProgressCounter progress(files, table, options.on_progress);
   std::set<std::string> used;
   for (const WeightSlot& slot : table) {
     PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}' (expected shape {} for a {} model)", files.source(),
@@ -116,6 +169,7 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend, const Loa
         break;
       }
     }
+    progress.read(slot);
   }
   for (const std::string& name : files.names()) {
     if (used.count(name) || is_ignored(name, c)) continue;

@@ -11,10 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "core/npy.h"
 #include "support/fixtures.h"
 #include "support/synthetic_model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #ifdef PLUMB_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -55,6 +58,13 @@ Outcome plumb(const std::string& args, const std::string& scratch, const std::st
   std::ifstream in(err_file);
   r.err.assign(std::istreambuf_iterator<char>(in), {});
   return r;
+}
+
+// `text` as one word for sh, inside single quotes.
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 class Cli : public ::testing::Test {
@@ -247,13 +257,18 @@ TEST_F(Cli, HelpShowsEveryDefault) {
                             "--log-interval FLOAT=5"})
     EXPECT_THAT(serve.out, HasSubstr(shown));
   EXPECT_THAT(run("inspect --help").out, HasSubstr("--context INT=the model's max_position_embeddings"));
+  const Outcome chat = run("chat --help");
+  for (const char* shown : {"--max-tokens INT=512", "--temperature FLOAT=0.8", "--top-p FLOAT=0.9",
+                            "--repetition-penalty FLOAT=1.1", "--seed UINT=random", "--system TEXT", "$PLUMB_MODEL"})
+    EXPECT_THAT(chat.out, HasSubstr(shown));
 }
 
 TEST_F(Cli, GenerateReportsTimingsOnStderrUnlessQuiet) {
   const std::string args = "generate --model " + model_ + " --ids 3,4,5 --max-tokens 4 --ignore-eos --print-ids";
   const Outcome r = run(args);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_THAT(r.err, MatchesRegex("plumb: load [0-9.]+ ms\n"
+  EXPECT_THAT(r.err, MatchesRegex("plumb: read shard 1/1 \\(model.safetensors\\), [^\n]+\n"
+                                  "plumb: load [0-9.]+ ms\n"
                                   "plumb: prompt 3 tokens in [0-9.]+ ms, [0-9.]+ tokens/s; time to first token [0-9.]+ "
                                   "ms\nplumb: generated 4 tokens; 3 decode steps in [0-9.]+ ms, [0-9.]+ tokens/s\n"));
   const Outcome quiet = run(args + " --quiet");
@@ -406,6 +421,134 @@ TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
   const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
   expect_clean_failure(r, "--kv-cache-gib 100000: ");
   EXPECT_THAT(r.err, HasSubstr("do not fit"));
+}
+
+// Issue 23's `plumb chat` with stdin piped (the plain mode; tests/cli/chat_tty_test.sh drives the terminal mode) and
+// the loading progress printed off a terminal.
+
+// Each "plumb: prompt N tokens" count of the timings in `err`.
+std::vector<int> prompt_counts(const std::string& err) {
+  std::vector<int> counts;
+  const std::string key = "plumb: prompt ";
+  for (size_t at = err.find(key); at != std::string::npos; at = err.find(key, at + 1))
+    counts.push_back(std::stoi(err.substr(at + key.size())));
+  return counts;
+}
+
+TEST_F(Cli, ChatPlainModeKeepsTheConversationResetsAndExits) {
+  const std::string model = test::source_dir() + "/models/default";
+  const std::string first = "Tell me a fortune.", second = "And another.";
+  std::ofstream(dir_ + "/in.txt") << first << "\n\n"
+                                  << second << "\n/reset\n"
+                                  << first << "\n/exit\n"
+                                  << second << "\n";
+  const Outcome chat =
+      run("chat --model " + model + " --temperature 0 --repetition-penalty 1 --max-tokens 12 < " + dir_ + "/in.txt");
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_EQ(chat.out.find('\x1b'), std::string::npos) << "escapes in plain mode";
+
+  // What the answers must be: greedy generation on the conversation as the template renders it.
+  const Outcome one = run("generate --model " + model + " --max-tokens 12 --quiet --chat " + shell_quote(first));
+  const Outcome one_ids =
+      run("generate --model " + model + " --max-tokens 12 --quiet --print-ids --chat " + shell_quote(first));
+  ASSERT_EQ(one.status, 0) << one.err;
+  const std::string answer = one.out.substr(0, one.out.size() - 1);
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", first}},
+                                           {{"role", "assistant"}, {"content", answer}},
+                                           {{"role", "user"}, {"content", second}}};
+  const std::string conversation = tokenizer::render_chat(tokenizer::ChatTemplate::from_dir(model),
+                                                          {{"messages", messages}, {"add_generation_prompt", true}});
+  const Outcome two =
+      run("generate --model " + model + " --max-tokens 12 --quiet --prompt " + shell_quote(conversation));
+  ASSERT_EQ(two.status, 0) << two.err;
+  // The second answer follows the first; /reset starts over, so the third is the first again; /exit ends the chat.
+  EXPECT_EQ(chat.out, one.out + two.out + one.out);
+
+  // Timings after each answer. The second turn runs only the ids past those the first left in the model's state
+  // when the re-rendered conversation starts with them (the answer's text re-encodes to the ids drawn).
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_dir(model);
+  const std::vector<int32_t> drawn = [&] {
+    std::vector<int32_t> ids;
+    std::istringstream in(one_ids.out);
+    for (int32_t id; in >> id;) ids.push_back(id);
+    return ids;
+  }();
+  const size_t prompt_one =
+      tok.encode(tokenizer::render_chat(tokenizer::ChatTemplate::from_dir(model),
+                                        {{"messages", {messages[0]}}, {"add_generation_prompt", true}}))
+          .size();
+  const size_t full_two = tok.encode(conversation).size();
+  // A first answer cut at --max-tokens leaves its last id unprocessed.
+  const size_t processed = prompt_one + drawn.size() - (drawn.size() == 12 ? 1 : 0);
+  const bool reusable = tok.encode(answer) == drawn;
+  EXPECT_EQ(prompt_counts(chat.err), (std::vector<int>{static_cast<int>(prompt_one),
+                                                       static_cast<int>(reusable ? full_two - processed : full_two),
+                                                       static_cast<int>(prompt_one)}))
+      << "the answer's ids re-encode " << (reusable ? "alike" : "differently") << "\n"
+      << chat.err;
+  EXPECT_THAT(chat.err, HasSubstr("plumb: the conversation starts over\n"));
+
+  const Outcome quiet = run("chat --model " + model +
+                            " --temperature 0 --repetition-penalty 1 --max-tokens 12 --quiet < " + dir_ + "/in.txt");
+  EXPECT_EQ(quiet.err, "");
+  EXPECT_EQ(quiet.out, chat.out);
+}
+
+// models/default's weights and tokenizer with tools/tiny_chat_template.jinja, which opens a <think> block after a
+// question, as Qwen3.5's templates do.
+std::string thinking_model(const std::string& dir) {
+  const std::string model = dir + "/thinking", source = test::source_dir();
+  std::filesystem::create_directories(model);
+  for (const char* file :
+       {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::create_symlink(source + "/models/default/" + file, model + "/" + file);
+  std::filesystem::copy_file(source + "/tools/tiny_chat_template.jinja", model + "/chat_template.jinja");
+  return model;
+}
+
+TEST_F(Cli, ChatPlainModeWritesTheReasoningToStderrApartFromTheAnswer) {
+  const std::string model = thinking_model(dir_);
+  std::ofstream(dir_ + "/in.txt") << "Why?\n";
+  const Outcome chat = run("chat --model " + model +
+                           " --temperature 0 --repetition-penalty 1 --max-tokens 12 --quiet < " + dir_ + "/in.txt");
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_EQ(chat.out, "\n") << "every token was reasoning: the answer is empty";
+  // The reasoning is what greedy generation writes after the prompt, less the newlines right after <think>.
+  const std::string prompt = tokenizer::render_chat(
+      tokenizer::ChatTemplate::from_dir(model),
+      {{"messages", {{{"role", "user"}, {"content", "Why?"}}}}, {"add_generation_prompt", true}});
+  ASSERT_TRUE(prompt.ends_with("<think>\n")) << prompt;
+  const Outcome thought = run("generate --model " + model + " --max-tokens 12 --quiet --prompt " + shell_quote(prompt));
+  ASSERT_EQ(thought.status, 0) << thought.err;
+  EXPECT_EQ(chat.err, thought.out.substr(thought.out.find_first_not_of('\n')));
+  EXPECT_EQ(chat.err.find('\x1b'), std::string::npos) << "escapes in plain mode";
+}
+
+TEST_F(Cli, ChatPlainModeEndsAtAFailedTurnWithOneLine) {
+  const std::string model = test::source_dir() + "/models/default";
+  // 5000 words: more tokens than the default model's context.
+  std::string words;
+  for (int i = 0; i < 5000; ++i) words += " x";
+  std::ofstream(dir_ + "/in.txt") << "/nonsense\n/system Be brief.\n" << words << "\nNot read.\n";
+  const Outcome r = run("chat --model " + model + " --quiet < " + dir_ + "/in.txt");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("plumb: unknown command /nonsense: /reset starts over"));
+  EXPECT_THAT(r.err, HasSubstr("plumb: error: the conversation is "));
+  EXPECT_THAT(r.err, HasSubstr("fills the model's context of 4096 tokens: /reset starts over\n"));
+}
+
+TEST_F(Cli, LoadingPrintsALinePerShardOffATerminalThenTheLoadTime) {
+  const std::string args = "generate --model " + model_ + " --ids 3,4 --max-tokens 1 --print-ids";
+  const Outcome r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  // The synthetic model: one checkpoint file, every byte of it read.
+  EXPECT_THAT(r.err, MatchesRegex("plumb: read shard 1/1 \\(model.safetensors\\), [0-9.]+ KiB of [0-9.]+ KiB\n"
+                                  "plumb: load [0-9.]+ ms\n(.|\n)*"));
+  const std::string shard_line = r.err.substr(0, r.err.find('\n'));
+  const size_t of = shard_line.find(" of ");
+  EXPECT_EQ(shard_line.substr(shard_line.find("), ") + 3, of - shard_line.find("), ") - 3), shard_line.substr(of + 4))
+      << "bytes read differ from the total";
+  EXPECT_EQ(run(args + " --quiet").err, "");
 }
 
 }  // namespace
