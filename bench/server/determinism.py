@@ -14,7 +14,6 @@ import collections
 import json
 import random
 import sys
-import threading
 
 import serving
 
@@ -47,32 +46,9 @@ def main():
         jobs.append(("other", other))
     rng.shuffle(jobs)
 
-    texts, errors = [], []
-    lock = threading.Lock()
-
-    def client():
-        while True:
-            with lock:
-                if not jobs or errors:
-                    return
-                kind, body = jobs.pop()
-            try:
-                answer = serving.complete(args.url_resolved, body)
-            except Exception as e:
-                with lock:
-                    errors.append(repr(e))
-                return
-            if kind == "greedy":
-                with lock:
-                    texts.append(answer["text"])
-
     with serving.Server(args) as url:
-        args.url_resolved = url
-        threads = [threading.Thread(target=client) for _ in range(args.concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        answers, errors = serving.run_clients(url, jobs, args.concurrency)
+    texts = [answer["text"] for kind, answer in answers if kind == "greedy"]
     if errors:
         sys.exit(f"determinism: a request failed: {errors[0]}")
     distinct = collections.Counter(texts)

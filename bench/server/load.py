@@ -16,7 +16,6 @@ import datetime
 import json
 import random
 import sys
-import threading
 import time
 
 import serving
@@ -55,31 +54,10 @@ def main():
         for _ in range(args.warmup):
             serving.complete(url, body())
         for concurrency, total in zip(levels, counts):
-            bodies = [body() for _ in range(total)]
-            answers, errors = [], []
-            lock = threading.Lock()
-
-            def client():
-                while True:
-                    with lock:
-                        if not bodies or errors:
-                            return
-                        b = bodies.pop()
-                    try:
-                        a = serving.complete(url, b)
-                    except Exception as e:  # one failed request fails the level: its figures would mislead
-                        with lock:
-                            errors.append(repr(e))
-                        return
-                    with lock:
-                        answers.append(a)
-
+            bodies = [(None, body()) for _ in range(total)]
             start = time.perf_counter()
-            threads = [threading.Thread(target=client) for _ in range(concurrency)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            answers, errors = serving.run_clients(url, bodies, concurrency)
+            answers = [a for _, a in answers]
             seconds = time.perf_counter() - start
             if errors:
                 sys.exit(f"load: concurrency {concurrency}: {errors[0]}")

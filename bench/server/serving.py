@@ -128,6 +128,37 @@ def complete(url, body, timeout=600):
         conn.close()
 
 
+def run_clients(url, bodies, concurrency):
+    """Sends every body of `bodies` ((tag, body) pairs, taken from the end) through `concurrency` clients at once.
+
+    Returns ([(tag, answer)] in completion order, [error]); the first failed request stops every client, since the
+    figures of a run with a failure would mislead."""
+    answers, errors = [], []
+    lock = threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                if not bodies or errors:
+                    return
+                tag, body = bodies.pop()
+            try:
+                answer = complete(url, body)
+            except Exception as e:
+                with lock:
+                    errors.append(repr(e))
+                return
+            with lock:
+                answers.append((tag, answer))
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers, errors
+
+
 def percentile(xs, p):
     """Nearest rank: the smallest value with at least p% of the values at or below it."""
     s = sorted(xs)

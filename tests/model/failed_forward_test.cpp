@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model_runner.h"
+#include "support/engine_stream.h"
 #include "support/fixtures.h"
 
 namespace plumb {
@@ -193,28 +194,12 @@ TEST(FailedForward, EmptiesEverySlotOfTheFailedBatchAndNoOther) {
   }
 }
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::optional<StopCause> finish;
-  std::string error;
-};
+using Outcome = test::StreamOutcome;
+using test::drain;
 
-Outcome drain(RequestStream& stream) {
-  Outcome out;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (!out.finish && std::chrono::steady_clock::now() < deadline) {
-    for (EngineEvent& e : stream.wait(100ms)) {
-      if (e.token) {
-        out.tokens.push_back(e.token->id);
-        out.logprobs.push_back(e.token->logprob);
-      }
-      if (e.finish) {
-        out.finish = e.finish;
-        out.error = e.error;
-      }
-    }
-  }
+std::vector<float> logprobs(const Outcome& o) {
+  std::vector<float> out;
+  for (const GeneratedToken& t : o.details) out.push_back(t.logprob);
   return out;
 }
 
@@ -269,10 +254,10 @@ TEST(FailedForward, EndsItsRequestsWithAnErrorAndServesTheOthersUnchanged) {
   const Outcome got_c = drain(*sc.stream), got_d = drain(*sd.stream);
   EXPECT_EQ(got_c.finish, StopCause::kLength);
   EXPECT_EQ(got_c.tokens, clean_c.tokens);
-  EXPECT_EQ(got_c.logprobs, clean_c.logprobs);  // exact: the same bits
+  EXPECT_EQ(logprobs(got_c), logprobs(clean_c));  // exact: the same bits
   EXPECT_EQ(got_d.finish, StopCause::kLength);
   EXPECT_EQ(got_d.tokens, clean_d.tokens);
-  EXPECT_EQ(got_d.logprobs, clean_d.logprobs);
+  EXPECT_EQ(logprobs(got_d), logprobs(clean_d));
 
   const EngineStats stats = engine.stats();
   EXPECT_EQ(stats.state_slots_used, 0);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "fake_runner.h"
+#include "support/engine_stream.h"
 
 namespace plumb {
 namespace {
@@ -26,26 +27,8 @@ SchedulerConfig engine_config() {
                          .kv_page_tokens = 16};
 }
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::vector<GeneratedToken> details;
-  std::optional<StopCause> finish;
-};
-
-Outcome drain(RequestStream& stream) {
-  Outcome out;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!out.finish && std::chrono::steady_clock::now() < deadline) {
-    for (EngineEvent& e : stream.wait(100ms)) {
-      if (e.token) {
-        out.tokens.push_back(e.token->id);
-        out.details.push_back(*e.token);
-      }
-      if (e.finish) out.finish = e.finish;
-    }
-  }
-  return out;
-}
+using Outcome = test::StreamOutcome;
+using test::drain;
 
 EngineRequest request(int32_t first, int64_t prompt_length, int64_t max_tokens) {
   EngineRequest r;

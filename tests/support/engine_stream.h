@@ -1,0 +1,40 @@
+// Reading one engine request's events to its end, for the engine tests (tests/scheduler, tests/model).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace plumb::test {
+
+// What one request streamed: its tokens, each token's details (logprob, alternatives), how it ended and why.
+struct StreamOutcome {
+  std::vector<int32_t> tokens;
+  std::vector<GeneratedToken> details;
+  std::optional<StopCause> finish;
+  std::string error;  // with kError
+};
+
+// The request's events until its last one, or until `timeout` (finish then stays empty, which the test sees).
+inline StreamOutcome drain(RequestStream& stream, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  StreamOutcome out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!out.finish && std::chrono::steady_clock::now() < deadline) {
+    for (EngineEvent& e : stream.wait(std::chrono::milliseconds(100))) {
+      if (e.token) {
+        out.tokens.push_back(e.token->id);
+        out.details.push_back(*e.token);
+      }
+      if (e.finish) {
+        out.finish = e.finish;
+        out.error = e.error;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace plumb::test
