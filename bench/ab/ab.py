@@ -98,14 +98,16 @@ def write_outputs(args, result, markdown):
 
 # ---- bench: speed figures ------------------------------------------------------------------------------------------
 
-PATH_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[[^\]]+\])*)")
+PATH_SEGMENT = re.compile(r"([^.\[\]]*)((?:\[[^\]]+\])*)")
 
 
 def lookup(doc, path):
-    """The value at PATH: keys joined by '.', each followed by any number of [index] or [field=value]."""
+    """The value at PATH: keys joined by '.', each followed by any number of [index] or [field=value]; a PATH that
+    starts with a selector addresses a document that is a list (plumb_sampler_bench's)."""
     node = doc
     for key, selectors in PATH_SEGMENT.findall(path):
-        node = node[key]
+        if key:
+            node = node[key]
         for sel in re.findall(r"\[([^\]]+)\]", selectors):
             if "=" in sel:
                 field, want = sel.split("=", 1)

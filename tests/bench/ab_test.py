@@ -95,6 +95,12 @@ def case_planted(work, plumb):
     code, r = ab(work, "gain", "bench", "--a", slow, "--b", steady, "--rounds", "3", spec, *BENCH)
     if r:
         check(verdicts(r) == {"dec": "gain"}, f"faster through --figure is a gain: {verdicts(r)}")
+    # A document that is a list (plumb_sampler_bench's JSON) is addressed from a leading selector.
+    sys.path.insert(0, os.path.dirname(AB))
+    import ab as harness
+    rows = [{"setting": "greedy", "median_ms": 0.25}, {"setting": "temperature 0.7", "median_ms": 5.0}]
+    check(harness.lookup(rows, "[setting=temperature 0.7].median_ms") == 5.0 and
+          harness.lookup(rows, "[0].median_ms") == 0.25, "a list document is read from a leading selector")
     code, r = tokens(work, "flip", plumb, planted(work, plumb, "flip"), "--require-equal")
     if r:
         rows = [(x["length"], x["first_difference"]) for x in r["rows"] if not x["ids_equal"]]
