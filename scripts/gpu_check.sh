@@ -3,7 +3,8 @@
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
 #   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab]  (no argument:
 #   all; ab only where a baseline is there)
-# linear    bench/linear: the BF16 projection kernel's speed per shape, and its bit-identity across row counts
+# linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
+#           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
@@ -48,7 +49,11 @@ commit=$("$plumb" --version 2>/dev/null | sed -n 's/^commit //p')
 if want linear; then
   echo "== linear"
   "$bin/linear_bench" "$out/linear_bench.json" 2>&1 | tee "$out/linear_bench.log"
-  record linear "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+  code=${PIPESTATUS[0]}
+  # cuBLAS through torch on the same shapes, in the same call, against the same copy bandwidth.
+  python3 bench/linear/cublas.py "$out/linear_bench.json" "$out/linear_cublas.json" 2>&1 | tee "$out/linear_cublas.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || code=1
+  record linear "$([ "$code" = 0 ] && echo pass || echo FAIL)"
 fi
 
 if want harness; then

@@ -5,7 +5,10 @@
 // spin kernel so no launch waits on the host). Weights smaller than kRotateBytes are copied until the copies fill it
 // and the launches rotate through them, so L2 (50 MB) never serves weights. Activations are converted to BF16 once,
 // outside the timing, for shapes that stage them so. Also checks that row r of a T-row product is bit-identical to
-// the same activations computed alone (T = 1), and that the T = 1 row matches a double-precision reference.
+// the same activations computed alone (T = 1), and that the T = 1 row matches a double-precision reference. The
+// device's copy bandwidth is measured in the same run (a 1 GiB device-to-device copy, median of 20), and every time is
+// also stated as a fraction of its byte floor (the weights over that bandwidth). A second table times each decode
+// product (T = 1, 4, 16) with K spread over 1, 2, 4, 8 and 16 blocks per tile, beside the split production chooses.
 //
 // Usage: linear_bench [out.json]
 #include <cuda_bf16.h>
@@ -114,9 +117,43 @@ const char* shape_name(LinearShape s) {
 struct Result {
   int n, k, t;
   std::string shape;
+  int k_split;
   double us, gbps, tflops;
   bool identical;
 };
+
+// Median of `count` timed runs of `launch(i)`, each between its own events, all queued behind a spin kernel.
+template <class Launch>
+double median_us(cudaStream_t stream, int count, Launch&& launch) {
+  std::vector<cudaEvent_t> events(2 * count);
+  for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");
+  spin<<<1, 1, 0, stream>>>(20'000'000);
+  for (int i = 0; i < count; ++i) {
+    check(cudaEventRecord(events[2 * i], stream), "record");
+    launch(i);
+    check(cudaEventRecord(events[2 * i + 1], stream), "record");
+  }
+  check(cudaGetLastError(), "timed launches");
+  check(cudaStreamSynchronize(stream), "timed runs");
+  std::vector<float> ms(count);
+  for (int i = 0; i < count; ++i) check(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]), "elapsed");
+  for (auto& e : events) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * (count % 2 ? ms[count / 2] : (ms[count / 2 - 1] + ms[count / 2]) / 2);
+}
+
+// Device-to-device copy bandwidth (bytes read + written over time), GB/s.
+double copy_gbps(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, bytes), "cudaMalloc copy");
+  check(cudaMalloc(&b, bytes), "cudaMalloc copy");
+  const double us =
+      median_us(stream, 20, [&](int) { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy"); });
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (us * 1e3);
+}
 
 }  // namespace
 
@@ -127,11 +164,24 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
 
-  const int sizes[][2] = {{32, 2048}, {8192, 2048}, {2048, 4096}, {1024, 2048}, {248320, 2048}};
+  const int sizes[][2] = {{32, 2048},   {8192, 2048}, {4096, 2048}, {2048, 4096},
+                          {512, 2048},  {256, 2048},  {1024, 2048}, {2048, 512},
+                          {151936, 2048}, {248320, 2048}};
   const int rows_list[] = {1, 4, 16, 64, 4096};
   std::vector<Result> results;
   bool all_ok = true;
-  std::printf("%8s %6s %6s %-9s %10s %9s %8s  %s\n", "N", "K", "T", "shape", "us", "GB/s", "TFLOP/s", "bits vs T=1");
+  const double copy = copy_gbps(stream);
+  std::printf("device-to-device copy: %.1f GB/s (1 GiB, median of 20)\n", copy);
+  // Split products' buffers, sized for the largest split any row of the tables runs.
+  int32_t* arrivals = nullptr;
+  float* partials = nullptr;
+  const size_t partial_elems = size_t{64} << 20;
+  check(cudaMalloc(&arrivals, sizeof(int32_t) << 20), "cudaMalloc arrivals");
+  check(cudaMemset(arrivals, 0, sizeof(int32_t) << 20), "clear arrivals");
+  check(cudaMalloc(&partials, sizeof(float) * partial_elems), "cudaMalloc partials");
+  std::vector<Result> sweep;
+  std::printf("%8s %6s %6s %-9s %5s %10s %9s %7s %8s  %s\n", "N", "K", "T", "shape", "split", "us", "GB/s", "%copy",
+              "TFLOP/s", "bits vs T=1");
 
   for (const auto& size : sizes) {
     const int n = size[0], k = size[1];
@@ -177,6 +227,11 @@ int main(int argc, char** argv) {
       p.n = n;
       p.k = k;
       p.x = x;
+      p.max_tiles = (t + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
+      p.k_split = plumb::cuda::choose_linear_k_split(p, sms);
+      p.partials = partials;
+      p.arrivals = arrivals;
+      if (static_cast<size_t>(plumb::cuda::linear_partials_count(p)) > partial_elems) p.k_split = 1;
       if (plumb::cuda::linear_stages_bf16(p.shape)) {
         plumb::cuda::launch_linear_to_bf16(x, x_bf16, int64_t{t} * k, plumb::cuda::KernelFault::kNone, stream);
         p.x = x_bf16;
@@ -214,26 +269,33 @@ int main(int argc, char** argv) {
       all_ok = all_ok && identical;
 
       for (int i = 0; i < kWarmup; ++i) launch(i);
-      std::vector<cudaEvent_t> events(2 * kTimed);
-      for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");
-      spin<<<1, 1, 0, stream>>>(20'000'000);
-      for (int i = 0; i < kTimed; ++i) {
-        check(cudaEventRecord(events[2 * i], stream), "record");
-        launch(kWarmup + i);
-        check(cudaEventRecord(events[2 * i + 1], stream), "record");
+      auto report = [&](std::vector<Result>& into, bool same) {
+        const double us = median_us(stream, kTimed, [&](int i) { launch(kWarmup + i); });
+        const double gbps = w_bytes / (us * 1e3);
+        const double tflops = 2.0 * t * n * k / (us * 1e6);
+        const int split = plumb::cuda::linear_k_split(k, p.k_split);
+        std::printf("%8d %6d %6d %-9s %5d %10.2f %9.1f %6.1f%% %8.2f  %s\n", n, k, t, shape_name(p.shape), split, us,
+                    gbps, 100.0 * gbps / copy, tflops, same ? "PASS" : "FAIL");
+        into.push_back({n, k, t, shape_name(p.shape), split, us, gbps, tflops, same});
+      };
+      report(results, identical);
+      if (t <= 16 && n < 100000) {
+        const int32_t chosen = p.k_split;
+        for (int32_t split : {1, 2, 4, 8, 16}) {
+          p.k_split = split;
+          if (plumb::cuda::linear_k_split(k, split) != split) continue;
+          // Each forced split's probe row must give the chosen launch's bytes too.
+          launch(0);
+          std::vector<float> row(n);
+          check(cudaMemcpyAsync(row.data(), y + size_t(probe) * n, sizeof(float) * n, cudaMemcpyDeviceToHost, stream),
+                "download");
+          check(cudaStreamSynchronize(stream), "forced split");
+          const bool same = std::memcmp(row.data(), row1.data(), sizeof(float) * n) == 0;
+          all_ok = all_ok && same;
+          report(sweep, same);
+        }
+        p.k_split = chosen;
       }
-      check(cudaGetLastError(), "launch_linear");
-      check(cudaStreamSynchronize(stream), "timed runs");
-      std::vector<float> ms(kTimed);
-      for (int i = 0; i < kTimed; ++i) check(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]), "elapsed");
-      for (auto& e : events) cudaEventDestroy(e);
-      std::sort(ms.begin(), ms.end());
-      const double us = 1e3 * (ms[kTimed / 2 - 1] + ms[kTimed / 2]) / 2;
-      const double gbps = w_bytes / (us * 1e3);
-      const double tflops = 2.0 * t * n * k / (us * 1e6);
-      std::printf("%8d %6d %6d %-9s %10.2f %9.1f %8.2f  %s\n", n, k, t, shape_name(p.shape), us, gbps, tflops,
-                  identical ? "PASS" : "FAIL");
-      results.push_back({n, k, t, shape_name(p.shape), us, gbps, tflops, identical});
       cudaFree(x);
       cudaFree(x_bf16);
       cudaFree(y);
@@ -244,6 +306,8 @@ int main(int argc, char** argv) {
     cudaFree(ref);
     cudaFree(mag);
   }
+  cudaFree(arrivals);
+  cudaFree(partials);
   std::printf("%s\n", all_ok ? "ALL PASS" : "SOME FAIL");
 
   if (argc > 1) {
@@ -252,16 +316,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "linear_bench: cannot write %s\n", argv[1]);
       return 1;
     }
-    std::fprintf(out, "{\"benchmark\": \"linear\", \"all_pass\": %s, \"results\": [\n", all_ok ? "true" : "false");
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      std::fprintf(out,
-                   "  {\"n\": %d, \"k\": %d, \"t\": %d, \"shape\": \"%s\", \"us\": %.3f, \"weight_gbps\": %.1f, "
-                   "\"tflops\": %.3f, \"bit_identical\": %s}%s\n",
-                   r.n, r.k, r.t, r.shape.c_str(), r.us, r.gbps, r.tflops, r.identical ? "true" : "false",
-                   i + 1 < results.size() ? "," : "");
+    std::fprintf(out, "{\"benchmark\": \"linear\", \"all_pass\": %s, \"copy_gbps\": %.1f", all_ok ? "true" : "false",
+                 copy);
+    for (const auto* table : {&results, &sweep}) {
+      std::fprintf(out, ", \"%s\": [\n", table == &results ? "results" : "split_sweep");
+      for (size_t i = 0; i < table->size(); ++i) {
+        const Result& r = (*table)[i];
+        std::fprintf(out,
+                     "  {\"n\": %d, \"k\": %d, \"t\": %d, \"shape\": \"%s\", \"k_split\": %d, \"us\": %.3f, "
+                     "\"weight_gbps\": %.1f, \"tflops\": %.3f, \"bit_identical\": %s}%s\n",
+                     r.n, r.k, r.t, r.shape.c_str(), r.k_split, r.us, r.gbps, r.tflops, r.identical ? "true" : "false",
+                     i + 1 < table->size() ? "," : "");
+      }
+      std::fprintf(out, "]");
     }
-    std::fprintf(out, "]}\n");
+    std::fprintf(out, "}\n");
     std::fclose(out);
   }
   return all_ok ? 0 : 2;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <optional>
 #include <string>
 
 #include "backends/cuda/kernels/linear.h"
@@ -65,34 +64,13 @@ void linear_case(Context& c, DType dtype) {
   }
 }
 
-// Pins every later linear of `gpu` to one launch variant for its lifetime, and always unpins it again.
-class LinearVariantScope {
- public:
-  LinearVariantScope(CudaBackend& gpu, const cuda::LinearVariant& variant) : gpu_(gpu) {
-    gpu_.set_linear_variant(variant);
-  }
-  ~LinearVariantScope() { gpu_.set_linear_variant(std::nullopt); }
-  LinearVariantScope(const LinearVariantScope&) = delete;
-  LinearVariantScope& operator=(const LinearVariantScope&) = delete;
-
- private:
-  CudaBackend& gpu_;
-};
-
-std::string variant_label(const cuda::LinearVariant& v) {
-  std::string label = cuda::linear_shape_name(v.shape);
-  if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) label += " shared-memory ring";
-  if (v.stream_kernel == cuda::LinearStreamKernel::kRegisterRing)
-    label += " register ring x" + std::to_string(v.stream_warps) + " warps";
-  return label;
-}
-
 // No launch heuristic may change a row's bits: at each T, every variant that can take T rows (cuda::linear_variants:
 // each streaming and tiled shape, the register-ring kernel at 1 to 4 warps a block, the shared-memory ring kernel
-// where the rows fit it) must give the bytes of the launch production chooses, which must be within linear's bound.
-// The weights are the model's projections scaled down, each awkward: N = 1030 x K = 264 (8192 x 2048: K a multiple of
-// 8, not of 32), 258 x 1030 (2048 x 4096: K not a multiple of 8, so no 16-byte loads), 130 x 2048, 33 x 77 and
-// 1 x 40; no N a multiple of 16. A forced variant that cannot take the rows must be refused.
+// where the rows fit it, each streaming one with K whole, split in two and split by slice) must give the bytes of the
+// launch production chooses, which must be within linear's bound. The weights are the model's projections scaled down,
+// each awkward: N = 1030 x K = 264 (8192 x 2048: K a multiple of 8, not of 32), 258 x 1030 (2048 x 4096: K not a
+// multiple of 8, so no 16-byte loads), 130 x 2048, 33 x 77 and 1 x 40; no N a multiple of 16. A forced variant that
+// cannot take the rows must be refused.
 void linear_variants_case(Context& c) {
   for (auto [N, K] : {std::pair<int64_t, int64_t>{1030, 264}, {258, 1030}, {130, 2048}, {33, 77}, {1, 40}}) {
     const Weight w = random_weight(c.rng, {N, K}, DType::kBF16);
@@ -104,7 +82,8 @@ void linear_variants_case(Context& c) {
       c.verdict.close(what + " as chosen", chosen, run_linear(c.cpu, x, w, 0, T), linear_bound(x, w, DType::kBF16));
       for (const cuda::LinearVariant& v : cuda::linear_variants(true, T)) {
         const LinearVariantScope scope(c.gpu, v);
-        c.verdict.same_bits(what + " " + variant_label(v) + " vs as chosen", run_linear(c.gpu, x, w, 0, T), chosen);
+        c.verdict.same_bits(what + " " + linear_variant_label(v) + " vs as chosen", run_linear(c.gpu, x, w, 0, T),
+                            chosen);
       }
     }
   }
@@ -282,8 +261,9 @@ void moe_experts_variants_case(Context& c) {
     for (const cuda::LinearVariant& v : cuda::linear_variants(true, T * top_k)) {
       if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) continue;
       const LinearVariantScope scope(c.gpu, v);
-      c.verdict.same_bits("moe_experts BF16 variants T=" + std::to_string(T) + " " + variant_label(v) + " vs as chosen",
-                          run(), chosen);
+      c.verdict.same_bits(
+          "moe_experts BF16 variants T=" + std::to_string(T) + " " + linear_variant_label(v) + " vs as chosen", run(),
+          chosen);
     }
   }
 }

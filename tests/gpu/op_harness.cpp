@@ -334,4 +334,17 @@ void print_margin(const std::string& case_name, const Verdict& v) {
               v.worst_what().empty() ? "no bounded comparison" : v.worst_what().c_str());
 }
 
+std::string linear_variant_label(const cuda::LinearVariant& v) {
+  std::string label = cuda::linear_shape_name(v.shape);
+  if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) label += " shared-memory ring";
+  if (v.stream_kernel == cuda::LinearStreamKernel::kRegisterRing)
+    label += " register ring x" + std::to_string(v.stream_warps) + " warps";
+  if (v.k_split == cuda::kLinearSplitEverySlice) {
+    label += " split by slice";
+  } else if (v.k_split > 1) {
+    label += " split " + std::to_string(v.k_split);
+  }
+  return label;
+}
+
 }  // namespace plumb::harness

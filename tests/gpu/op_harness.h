@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -118,6 +119,23 @@ Tensor poisoned(Backend& be, DType dtype, const Shape& shape);
 Tensor fresh(Backend& be, const Tensor& host);
 // An F32 host copy of a backend tensor (F32 or BF16).
 Tensor fetch_f32(Backend& be, const Tensor& t);
+
+// --- linear's launch variants ---
+// Pins every later linear of `gpu` to one launch variant for its lifetime, and always unpins it again.
+class LinearVariantScope {
+ public:
+  LinearVariantScope(CudaBackend& gpu, const cuda::LinearVariant& variant) : gpu_(gpu) {
+    gpu_.set_linear_variant(variant);
+  }
+  ~LinearVariantScope() { gpu_.set_linear_variant(std::nullopt); }
+  LinearVariantScope(const LinearVariantScope&) = delete;
+  LinearVariantScope& operator=(const LinearVariantScope&) = delete;
+
+ private:
+  CudaBackend& gpu_;
+};
+// "stream8 register ring x2 warps split 2" and the like, for failure messages.
+std::string linear_variant_label(const cuda::LinearVariant& v);
 
 // --- Shared checks ---
 // Row invariance and determinism of a per-row op: run(begin, end) runs the op on rows [begin, end) of its inputs

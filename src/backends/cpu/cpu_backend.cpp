@@ -1,6 +1,7 @@
 // Memory, elementwise ops, norms and projections of the CPU reference backend.
 #include "backends/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -17,6 +18,14 @@ float dot(const float* a, const float* b, int64_t n) {
   for (; i < n; ++i) partial[i % 8] += a[i] * b[i];
   return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
          ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
+
+float sliced_dot(const float* a, const float* b, int64_t n) {
+  constexpr int64_t kSlice = 128;
+  // -0 is the identity of F32 addition: the first slice's sum comes through exactly, as on the GPU.
+  float sum = -0.0f;
+  for (int64_t i = 0; i < n; i += kSlice) sum += dot(a + i, b + i, std::min(kSlice, n - i));
+  return sum;
 }
 
 const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch) {
@@ -100,7 +109,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
     std::vector<float> scratch;
     for (int64_t n = begin; n < end; ++n) {
       const float* wrow = cpu::weight_row(w, n, scratch);
-      for (int64_t t = 0; t < rows; ++t) py[t * n_out + n] = cpu::dot(px + t * k, wrow, k);
+      for (int64_t t = 0; t < rows; ++t) py[t * n_out + n] = cpu::sliced_dot(px + t * k, wrow, k);
     }
   });
 }

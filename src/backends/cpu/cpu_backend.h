@@ -91,6 +91,9 @@ inline float softplus(float x) {
 
 // Σ a[i]·b[i] in FP32 with eight interleaved partial sums combined in a fixed order.
 float dot(const float* a, const float* b, int64_t n);
+// The matrix products' dot (kernels/linear.h, docs/kernel-contract.md "Fixed K-slices"): dot over each 128-wide slice
+// of [0, n), the slices' sums added in slice order. The GPU's F32-weight kernel computes exactly this.
+float sliced_dot(const float* a, const float* b, int64_t n);
 // x rounded to BF16 (nearest even) and back.
 float round_to_bf16(float x);
 // v[0, n) rounded to BF16 and back, in place.

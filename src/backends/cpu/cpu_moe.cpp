@@ -70,11 +70,12 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
         gate.resize(inter);
         up.resize(inter);
         act.resize(inter);
-        for (int64_t i = 0; i < inter; ++i) gate[i] = cpu::dot(xt, cpu::weight_row(wg, i, scratch), H);
-        for (int64_t i = 0; i < inter; ++i) up[i] = cpu::dot(xt, cpu::weight_row(wu, i, scratch), H);
+        for (int64_t i = 0; i < inter; ++i) gate[i] = cpu::sliced_dot(xt, cpu::weight_row(wg, i, scratch), H);
+        for (int64_t i = 0; i < inter; ++i) up[i] = cpu::sliced_dot(xt, cpu::weight_row(wu, i, scratch), H);
         for (int64_t i = 0; i < inter; ++i) act[i] = cpu::silu(gate[i]) * up[i];
         if (round_down) cpu::round_to_bf16(act.data(), inter);
-        for (int64_t n = 0; n < H; ++n) yt[n] += w * cpu::dot(act.data(), cpu::weight_row(wd, n, scratch), inter);
+        for (int64_t n = 0; n < H; ++n)
+          yt[n] += w * cpu::sliced_dot(act.data(), cpu::weight_row(wd, n, scratch), inter);
       }
     }
   });

@@ -168,10 +168,13 @@ CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
   *moe_id_report_host_ = cuda::MoeIdReport{};
   cuda_check(cudaMemcpy(moe_id_report_, moe_id_report_host_, sizeof(cuda::MoeIdReport), cudaMemcpyHostToDevice),
              "clearing the expert-id report");
+  cuda_check(cudaMalloc(&linear_arrivals_, kLinearArrivals * sizeof(int32_t)), "cudaMalloc of the arrival counters");
+  cuda_check(cudaMemset(linear_arrivals_, 0, kLinearArrivals * sizeof(int32_t)), "clearing the arrival counters");
 }
 
 CudaBackend::~CudaBackend() {
   staging_.reset();  // waits for the stream
+  cudaFree(linear_arrivals_);
   cudaFree(moe_id_report_);
   cudaFreeHost(moe_id_report_host_);
   cudaStreamDestroy(stream_);

@@ -105,6 +105,13 @@ class CudaBackend final : public Backend {
   cuda::MoeIdReport* moe_id_report() const { return moe_id_report_; }
 
  private:
+  // Arrival counters of split products (kernels/linear.h), 4 MiB: production splits only products of few tiles; the
+  // harness forces splits on up to 4096 rows of 8192 features (262144 tiles of one-warp blocks).
+  static constexpr int64_t kLinearArrivals = int64_t{1} << 20;
+  // Pins `params` to the harness's variant when one is set, chooses how K is spread, and returns the partial sums'
+  // scratch (alive until the launch is queued) with params pointing at it and at the arrival counters.
+  std::shared_ptr<void> plan_linear(cuda::LinearParams& params, const char* op);
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaDeviceProp properties_{};
@@ -115,6 +122,7 @@ class CudaBackend final : public Backend {
   bool poison_ = false;
   cuda::MoeIdReport* moe_id_report_ = nullptr;       // [1] device
   cuda::MoeIdReport* moe_id_report_host_ = nullptr;  // [1] pinned: the copy synchronize() reads
+  int32_t* linear_arrivals_ = nullptr;               // [kLinearArrivals] device, zeros between launches
 };
 
 // Throws plumb::Error naming `what` and CUDA's message when status is not cudaSuccess.

@@ -43,20 +43,43 @@ const char* stream_kernel_name(cuda::LinearStreamKernel kernel) {
   return "kernel by occupancy";
 }
 
-// Pins a product's launch to `variant` (the op harness's hook), refusing one that cannot run it.
-void force_variant(const cuda::LinearVariant& variant, cuda::LinearParams& params, const char* op) {
-  params.shape = variant.shape;
-  params.stream_kernel = variant.stream_kernel;
-  params.stream_warps = variant.stream_warps;
+void refuse_variant(const cuda::LinearVariant& variant, const cuda::LinearParams& params, const char* op) {
   const char* refusal = cuda::linear_launch_refusal(params);
   PLUMB_CHECK(refusal == nullptr,
-              "{}: the forced variant {} ({}, {} warps) cannot run {} rows of [{}, {}] {} "
+              "{}: the forced variant {} ({}, {} warps, K split {}) cannot run {} rows of [{}, {}] {} "
               "weights here: {}",
               op, cuda::linear_shape_name(variant.shape), stream_kernel_name(variant.stream_kernel),
-              variant.stream_warps, params.rows, params.n, params.k, params.w_bf16 ? "BF16" : "F32", refusal);
+              variant.stream_warps, variant.k_split, params.rows, params.n, params.k, params.w_bf16 ? "BF16" : "F32",
+              refusal);
 }
 
 }  // namespace
+
+std::shared_ptr<void> CudaBackend::plan_linear(cuda::LinearParams& params, const char* op) {
+  if (linear_variant_) {
+    params.shape = linear_variant_->shape;
+    params.stream_kernel = linear_variant_->stream_kernel;
+    params.stream_warps = linear_variant_->stream_warps;
+  }
+  params.k_split = linear_variant_ && linear_variant_->k_split != 0
+                       ? linear_variant_->k_split
+                       : cuda::choose_linear_k_split(params, properties_.multiProcessorCount);
+  std::shared_ptr<void> partials;  // [slices, rows, n] F32, when K is spread over blocks
+  if (cuda::linear_k_split(params.k, params.k_split) > 1) {
+    if (cuda::linear_arrival_count(params) > kLinearArrivals) {
+      // Too many tiles for the counters: only a forced split can get here (production splits small products).
+      PLUMB_CHECK(!linear_variant_, "{}: a split over {} tiles exceeds the {} arrival counters", op,
+                  cuda::linear_arrival_count(params), kLinearArrivals);
+      params.k_split = 1;
+    } else {
+      partials = scratch(static_cast<size_t>(cuda::linear_partials_count(params)) * sizeof(float));
+      params.partials = static_cast<float*>(partials.get());
+      params.arrivals = linear_arrivals_;
+    }
+  }
+  if (linear_variant_) refuse_variant(*linear_variant_, params, op);
+  return partials;
+}
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   expect_gpu(x, "linear", "x");
@@ -86,7 +109,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   params.rows = static_cast<int32_t>(rows);
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
-  if (linear_variant_) force_variant(*linear_variant_, params, "linear");
+  const std::shared_ptr<void> partials = plan_linear(params, "linear");
   std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(params.shape) && k > 0) {
     x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
@@ -192,7 +215,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   gate_up.tiles = group.tiles;
   gate_up.num_tiles = group.num_tiles;
   gate_up.max_tiles = static_cast<int32_t>(max_tiles);
-  if (linear_variant_) force_variant(*linear_variant_, gate_up, "moe_experts (gate_up)");
+  const std::shared_ptr<void> gate_up_partials = plan_linear(gate_up, "moe_experts (gate_up)");
   cuda::launch_linear(gate_up, fault_, stream_);
   cuda_check_launch("linear (moe gate_up)");
 
@@ -219,7 +242,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   down.y = static_cast<float*>(down_out.get());
   down.n = static_cast<int32_t>(hidden);
   down.k = static_cast<int32_t>(inter);
-  if (linear_variant_) force_variant(*linear_variant_, down, "moe_experts (down)");
+  down.k_split = 1;
+  down.partials = nullptr;
+  down.arrivals = nullptr;
+  const std::shared_ptr<void> down_partials = plan_linear(down, "moe_experts (down)");
   cuda::launch_linear(down, fault_, stream_);
   cuda_check_launch("linear (moe down)");
 

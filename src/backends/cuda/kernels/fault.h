@@ -22,8 +22,10 @@
   X(kSampleTiesToHigher) /* ranks equally likely tokens by descending id */                                            \
   X(kSampleTopPOneShort) /* the nucleus stops one token before its weight reaches top_p */                             \
   /* matrix products */                                                                                                \
-  X(kLinearDropsLastKTile)  /* skips the last tile of the reduction */                                                 \
-  X(kExpertsDropLastExpert) /* leaves out each token's last routed expert */                                           \
+  X(kLinearDropsLastKTile)     /* skips the last tile of the reduction */                                              \
+  X(kLinearSplitFoldsReversed) /* a split product adds its slices' partial sums last to first */                       \
+  X(kLinearSplitDropsSlice)    /* a split product's fold leaves the last slice out */                                  \
+  X(kExpertsDropLastExpert)    /* leaves out each token's last routed expert */                                        \
   /* matrix products: F32 weights, activation staging, the experts' grouping and SiLU */                               \
   X(kLinearF32DropsKRemainder)  /* F32 weights: the reduction runs whole groups of 8 k only, dropping k % 8 terms */   \
   X(kLinearToBf16Truncates)     /* staged activations truncated to BF16 instead of rounded to nearest even */          \

@@ -1,11 +1,14 @@
 // Matrix products: tensor cores for BF16 weights, CUDA cores for F32 weights. linear.h states the contract.
 //
-// Three BF16 kernels share one per-element arithmetic (mma_chunk over ascending 32-wide k-chunks into one F32
-// accumulator, linear_common.cuh), so which one runs, and with how many warps, changes speed only:
+// Three BF16 kernels share one per-element arithmetic (linear.h: mma_chunk over ascending 32-wide k-chunks into an F32
+// accumulator per 128-wide K-slice, the slices added in order; linear_common.cuh), so which one runs, with how many
+// warps, and over how many blocks K is spread changes speed only:
 // - linear_bf16_kernel (prefill, here): a block of warps multiplies a feature tile by a row tile, both operands
 //   streamed through a ring of shared-memory stages with cp.async.
 // - linear_stream_kernel and linear_stream_ring_kernel (decode, up to 64 rows; linear_stream.cu): each warp owns 16
 //   output features and every row of the tile and streams its weights once, through registers or shared memory.
+#include <algorithm>
+
 #include "backends/cuda/kernels/linear_common.cuh"
 
 namespace plumb::cuda {
@@ -34,9 +37,11 @@ struct Bf16Shape {
   static_assert(kStages >= 2, "a ring needs two stages");
 };
 
-// Tiled GEMM (prefill): 2 x 2 warps of 32 x 64 or 64 x 64, 64 k per stage, three stages.
-using Tiled64 = Bf16Shape<2, 2, 2, 8, 2, 3, uint16_t, 2>;
-using Tiled128 = Bf16Shape<2, 2, 4, 8, 2, 3, uint16_t, 2>;
+// Tiled GEMM (prefill): 2 x 4 warps of 32 x 32 or 64 x 32 (features x rows), 64 k per stage, three stages. Each
+// thread keeps a slice accumulator and a running sum per output, so the warps' tiles are half the rows they would be
+// with one accumulator.
+using Tiled64 = Bf16Shape<2, 4, 2, 4, 2, 3, uint16_t, 2>;
+using Tiled128 = Bf16Shape<2, 4, 4, 4, 2, 3, uint16_t, 1>;
 
 // ---- The BF16 kernel. ----
 
@@ -100,7 +105,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
 
   const int feature_blocks = (p.n + S::kFeatures - 1) / S::kFeatures;
-  const BlockTile bt = block_tile(feature_blocks, p.max_tiles);
+  const BlockTile bt = block_tile(static_cast<int>(blockIdx.x), feature_blocks, p.max_tiles);
   RowTile rt;
   if (!row_tile(p, bt.tile, S::kRows, &rt)) return;
   for (int r = static_cast<int>(threadIdx.x); r < S::kRows; r += S::kThreads) {
@@ -119,7 +124,16 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
   // The planted control leaves the last chunk out of every reduction.
   const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
 
+  static_assert(kSliceK % S::kStageK == 0, "a slice is whole stages");
+  constexpr int kStagesPerSlice = kSliceK / S::kStageK;
   float acc[S::kMTiles][S::kNTiles][4] = {};
+  float sum[S::kMTiles][S::kNTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < S::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < S::kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sum[mt][nt][i] = -0.0f;
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
     if (s < stages) load_stage<S, kVec>(w, features, x, x_offset, p.k, s * S::kStageK, smem + s * S::kStageBytes);
@@ -136,39 +150,45 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
     }
     cp_async_commit();
     compute_stage<S>(smem + (s % S::kStages) * S::kStageBytes, chunks - s * S::kChunks, rt.end - rt.begin, acc);
+    // The end of a slice (the last may be short): its partial sums join the running sums, in slice order.
+    if (s % kStagesPerSlice == kStagesPerSlice - 1 || s == stages - 1) {
+#pragma unroll
+      for (int mt = 0; mt < S::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < S::kNTiles; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            sum[mt][nt][i] = __fadd_rn(sum[mt][nt][i], acc[mt][nt][i]);
+            acc[mt][nt][i] = 0.0f;
+          }
+    }
   }
 
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int g = lane / 4, q = lane % 4;
+  const int g = lane / 4;
   const int wm = warp % S::kWarpsM, wn = warp / S::kWarpsM;
-  auto store = [&](int row, int feature, float v) {
-    if (row < rt.end && feature < p.n) p.y[static_cast<int64_t>(row) * p.n + feature] = v;
-  };
 #pragma unroll
   for (int mt = 0; mt < S::kMTiles; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < S::kNTiles; ++nt) {
-      const int feature = feature0 + (wm * S::kMTiles + mt) * 16 + g;
-      const int row = rt.begin + (wn * S::kNTiles + nt) * 8 + 2 * q;
-      store(row, feature, acc[mt][nt][0]);
-      store(row + 1, feature, acc[mt][nt][1]);
-      store(row, feature + 8, acc[mt][nt][2]);
-      store(row + 1, feature + 8, acc[mt][nt][3]);
+      store_tile(p.y, p.n, rt.begin + (wn * S::kNTiles + nt) * 8, rt.end, feature0 + (wm * S::kMTiles + mt) * 16 + g,
+                 sum[mt][nt]);
     }
   }
 }
 
 // ---- F32 weights (small test checkpoints). ----
 
-// One thread per output feature and up to kF32Rows product rows. Each dot product runs the CPU reference's order:
-// eight partial sums by k mod 8, every product and sum rounded on its own, combined pairwise.
+// One thread per output feature and up to kF32Rows product rows. Each dot product runs the CPU reference's order
+// (cpu::sliced_dot): per K-slice eight partial sums by k mod 8, every product and sum rounded on its own, combined
+// pairwise; the slices added in order.
 constexpr int kF32Features = 128;
 constexpr int kF32Rows = 8;
 
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kF32Features) linear_f32_kernel(const LinearParams p) {
   const int feature_blocks = (p.n + kF32Features - 1) / kF32Features;
-  const BlockTile bt = block_tile(feature_blocks, p.max_tiles);
+  const BlockTile bt = block_tile(static_cast<int>(blockIdx.x), feature_blocks, p.max_tiles);
   RowTile rt;
   if (!row_tile(p, bt.tile, kF32Rows, &rt)) return;
   const int feature = bt.feature_block * kF32Features + static_cast<int>(threadIdx.x);
@@ -186,25 +206,34 @@ __global__ void __launch_bounds__(kF32Features) linear_f32_kernel(const LinearPa
   const int k_end = kFault == KernelFault::kLinearDropsLastKTile
                         ? max(0, (p.k + kChunkK - 1) / kChunkK - 1) * kChunkK
                         : (kFault == KernelFault::kLinearF32DropsKRemainder ? p.k / 8 * 8 : p.k);
-  float part[kF32Rows][8] = {};
-  for (int k0 = 0; k0 < k_end; k0 += 8) {
+  float sum[kF32Rows];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      if (k0 + j >= k_end) break;
-      const float wv = w[k0 + j];
+  for (int r = 0; r < kF32Rows; ++r) sum[r] = -0.0f;
+  for (int ks = 0; ks < k_end; ks += kSliceK) {
+    const int slice_end = min(k_end, ks + kSliceK);
+    float part[kF32Rows][8] = {};
+    for (int k0 = ks; k0 < slice_end; k0 += 8) {
 #pragma unroll
-      for (int r = 0; r < kF32Rows; ++r) {
-        if (xr[r] != nullptr) part[r][j] = __fadd_rn(part[r][j], __fmul_rn(xr[r][k0 + j], wv));
+      for (int j = 0; j < 8; ++j) {
+        if (k0 + j >= slice_end) break;
+        const float wv = w[k0 + j];
+#pragma unroll
+        for (int r = 0; r < kF32Rows; ++r) {
+          if (xr[r] != nullptr) part[r][j] = __fadd_rn(part[r][j], __fmul_rn(xr[r][k0 + j], wv));
+        }
       }
+    }
+#pragma unroll
+    for (int r = 0; r < kF32Rows; ++r) {
+      const float* t = part[r];
+      const float slice = __fadd_rn(__fadd_rn(__fadd_rn(t[0], t[1]), __fadd_rn(t[2], t[3])),
+                                    __fadd_rn(__fadd_rn(t[4], t[5]), __fadd_rn(t[6], t[7])));
+      sum[r] = __fadd_rn(sum[r], slice);
     }
   }
 #pragma unroll
   for (int r = 0; r < kF32Rows; ++r) {
-    if (xr[r] == nullptr) continue;
-    const float* s = part[r];
-    const float sum = __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3])),
-                                __fadd_rn(__fadd_rn(s[4], s[5]), __fadd_rn(s[6], s[7])));
-    p.y[static_cast<int64_t>(rt.begin + r) * p.n + feature] = sum;
+    if (xr[r] != nullptr) p.y[static_cast<int64_t>(rt.begin + r) * p.n + feature] = sum[r];
   }
 }
 
@@ -243,8 +272,8 @@ __global__ void __launch_bounds__(kConvertThreads) to_bf16_kernel(const float* x
 
 template <class S>
 struct IsStream : std::false_type {};
-template <int kNTiles, int kRing, typename XElem>
-struct IsStream<StreamShape<kNTiles, kRing, XElem>> : std::true_type {};
+template <int kNTiles, int kRing, typename XElem, int kMinBlocks>
+struct IsStream<StreamShape<kNTiles, kRing, XElem, kMinBlocks>> : std::true_type {};
 
 template <class S, bool kVec, KernelFault kFault>
 void launch_bf16(const LinearParams& p, cudaStream_t stream) {
@@ -252,7 +281,10 @@ void launch_bf16(const LinearParams& p, cudaStream_t stream) {
     launch_linear_stream<S>(p, kVec, kFault, stream);
   } else {
     static std::atomic<uint64_t> smem_allowed{0};
-    const auto kernel = linear_bf16_kernel<S, kVec, kFault>;
+    // The split faults are the streaming kernels' alone: the tiled kernel never splits K.
+    constexpr bool kSplitFault =
+        kFault == KernelFault::kLinearSplitFoldsReversed || kFault == KernelFault::kLinearSplitDropsSlice;
+    const auto kernel = linear_bf16_kernel < S, kVec, kSplitFault ? KernelFault::kNone : kFault > ;
     allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
     const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
     kernel<<<static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream>>>(p);
@@ -302,12 +334,16 @@ template <KernelFault kFault>
 void launch_linear_variant(LinearParams p, cudaStream_t stream) {
   const int tile_rows = linear_tile_rows(p.shape);
   if (p.tiles == nullptr) p.max_tiles = (p.rows + tile_rows - 1) / tile_rows;
+  p.k_split = linear_k_split(p.k, p.k_split);
   if (p.n == 0 || p.max_tiles == 0) return;
   visit_shape(p.shape, [&](auto shape) {
     using S = decltype(shape);
     if constexpr (std::is_same_v<S, F32Shape>) {
       const int64_t blocks = static_cast<int64_t>((p.n + kF32Features - 1) / kF32Features) * p.max_tiles;
-      linear_f32_kernel<kFault><<<static_cast<unsigned>(blocks), kF32Features, 0, stream>>>(p);
+      constexpr bool kF32Fault =
+          kFault == KernelFault::kLinearDropsLastKTile || kFault == KernelFault::kLinearF32DropsKRemainder;
+      linear_f32_kernel<kF32Fault ? kFault : KernelFault::kNone>
+          <<<static_cast<unsigned>(blocks), kF32Features, 0, stream>>>(p);
     } else {
       // A fault of the F32 kernel alone leaves the BF16 kernels at their production instantiation.
       constexpr KernelFault kBf16Fault = kFault == KernelFault::kLinearF32DropsKRemainder ? KernelFault::kNone : kFault;
@@ -328,6 +364,53 @@ void launch_to_bf16_as(const float* x, uint16_t* y, int64_t count, cudaStream_t 
 
 }  // namespace
 
+int linear_slices(int64_t k) {
+  return static_cast<int>((k + kSliceK - 1) / kSliceK);
+}
+
+int32_t linear_k_split(int64_t k, int64_t requested) {
+  const int64_t slices = linear_slices(k);
+  if (requested <= 1 || slices <= 1) return 1;
+  const int64_t per = (slices + std::min(requested, slices) - 1) / std::min(requested, slices);
+  return static_cast<int32_t>((slices + per - 1) / per);
+}
+
+namespace {
+// Row tiles of a product: its tile list's length for a grouped one.
+int64_t row_tiles(const LinearParams& p) {
+  if (p.tiles != nullptr) return p.max_tiles;
+  const int tile_rows = linear_tile_rows(p.shape);
+  return (p.rows + tile_rows - 1) / tile_rows;
+}
+}  // namespace
+
+int32_t choose_linear_k_split(const LinearParams& p, int sm_count) {
+  const bool streaming = visit_shape(p.shape, [](auto s) { return IsStream<decltype(s)>::value; });
+  const int64_t slices = linear_slices(p.k);
+  if (!streaming || slices <= 1) return 1;
+  // Warps of 16 features each. Measured on the H200 (docs/performance.md, the split sweep of bench/linear): at one to
+  // 16 rows a product runs fastest with about four of them a multiprocessor, K split to make up the rest (8192 x
+  // 2048: whole; 4096 x 2048: 2; 2048 x 4096: 4; 512 x 2048: 16); more, shorter blocks lose more to their start-up
+  // and their partial sums than they gain in loads in flight.
+  const int64_t warps = static_cast<int64_t>((p.n + 15) / 16) * row_tiles(p);
+  const int64_t split = 4 * static_cast<int64_t>(sm_count) / std::max<int64_t>(warps, 1);
+  if (split <= 1) return 1;
+  // The partial sums travel through L2 and back: worth it only while small beside the weights they replace.
+  const int64_t matrices = p.tiles != nullptr ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
+  const int64_t partial_bytes = slices * p.rows * p.n * int64_t{4};
+  const int64_t weight_bytes = int64_t{2} * p.n * p.k * matrices;
+  if (4 * partial_bytes > weight_bytes) return 1;
+  return linear_k_split(p.k, split);
+}
+
+int64_t linear_arrival_count(const LinearParams& p) {
+  return static_cast<int64_t>((p.n + 15) / 16) * row_tiles(p);
+}
+
+int64_t linear_partials_count(const LinearParams& p) {
+  return static_cast<int64_t>(linear_slices(p.k)) * p.rows * p.n;
+}
+
 LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t total_rows, int64_t n, int sm_count) {
   if (!w_bf16) return LinearShape::kF32;
   if (rows_per_matrix <= 8) return LinearShape::kStream8;
@@ -345,9 +428,13 @@ const char* linear_launch_refusal(const LinearParams& p) {
     return p.w_bf16 ? "BF16 weights need a BF16 shape" : "F32 weights need the kF32 shape";
   return visit_shape(p.shape, [&](auto shape) -> const char* {
     using S = decltype(shape);
+    if (p.k_split < 1) return "k_split counts blocks per tile: at least 1";
     if constexpr (IsStream<S>::value) {
+      if (linear_k_split(p.k, p.k_split) > 1 && (p.partials == nullptr || p.arrivals == nullptr))
+        return "a product with K spread over blocks needs its partial sums and arrival counters";
       return linear_stream_refusal<S>(p);
     } else {
+      if (p.k_split != 1) return "only a streaming shape spreads K over blocks";
       if (p.stream_kernel != LinearStreamKernel::kByOccupancy || p.stream_warps != 0)
         return "only a streaming shape has a streaming kernel or warp count to force";
       if constexpr (!std::is_same_v<S, F32Shape>) {
@@ -364,14 +451,16 @@ std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows) {
   if (w_bf16) {
     for (LinearShape shape :
          {LinearShape::kStream8, LinearShape::kStream16, LinearShape::kStream32, LinearShape::kStream64}) {
-      for (int32_t warps = 1; warps <= kStreamMaxWarps; ++warps)
-        candidates.push_back({shape, LinearStreamKernel::kRegisterRing, warps});
-      candidates.push_back({shape, LinearStreamKernel::kSharedRing, 0});
+      for (int32_t split : {1, 2, kLinearSplitEverySlice}) {
+        for (int32_t warps = 1; warps <= kStreamMaxWarps; ++warps)
+          candidates.push_back({shape, LinearStreamKernel::kRegisterRing, warps, split});
+        candidates.push_back({shape, LinearStreamKernel::kSharedRing, 0, split});
+      }
     }
-    candidates.push_back({LinearShape::kTiled64});
-    candidates.push_back({LinearShape::kTiled128});
+    candidates.push_back({LinearShape::kTiled64, LinearStreamKernel::kByOccupancy, 0, 1});
+    candidates.push_back({LinearShape::kTiled128, LinearStreamKernel::kByOccupancy, 0, 1});
   } else {
-    candidates.push_back({LinearShape::kF32});
+    candidates.push_back({LinearShape::kF32, LinearStreamKernel::kByOccupancy, 0, 1});
   }
   std::vector<LinearVariant> runnable;
   for (const LinearVariant& v : candidates) {
@@ -381,6 +470,7 @@ std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows) {
     p.stream_warps = v.stream_warps;
     p.w_bf16 = w_bf16;
     p.rows = static_cast<int32_t>(rows);
+    // Whether a split can run depends on the shape alone; its buffers are the caller's.
     if (linear_launch_refusal(p) == nullptr) runnable.push_back(v);
   }
   return runnable;
@@ -439,6 +529,10 @@ int linear_ring_smem_bytes(LinearShape shape, int rows) {
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream) {
   if (fault == KernelFault::kLinearDropsLastKTile) {
     launch_linear_variant<KernelFault::kLinearDropsLastKTile>(params, stream);
+  } else if (fault == KernelFault::kLinearSplitFoldsReversed) {
+    launch_linear_variant<KernelFault::kLinearSplitFoldsReversed>(params, stream);
+  } else if (fault == KernelFault::kLinearSplitDropsSlice) {
+    launch_linear_variant<KernelFault::kLinearSplitDropsSlice>(params, stream);
   } else if (fault == KernelFault::kLinearF32DropsKRemainder) {
     launch_linear_variant<KernelFault::kLinearF32DropsKRemainder>(params, stream);
   } else {

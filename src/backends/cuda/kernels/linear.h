@@ -1,11 +1,17 @@
 // Matrix products y = x·wᵀ on the GPU, plain (linear) and grouped by expert (the MoE's expert GEMMs).
 //
 // BF16 weights go through tensor cores (mma.sync m16n8k16, weights as the A operand, product rows as the n
-// dimension); activations are rounded to BF16 (nearest even) as operands and products accumulate in F32. Every
-// launch shape computes each output element with one arithmetic: 32-wide k-chunks in ascending order, each two mma
-// k-steps with a fixed k-to-fragment-slot permutation, into one F32 accumulator that starts at zero. A row's result
-// therefore does not depend on how many rows share the call, which tile it lands in, or which shape was launched.
-// F32 weights (small test checkpoints) use CUDA cores with the CPU reference's summation order.
+// dimension); activations are rounded to BF16 (nearest even) as operands and products accumulate in F32.
+//
+// The arithmetic, the same in every launch shape (docs/kernel-contract.md, "Fixed K-slices"): K is cut into fixed
+// slices of kLinearSliceK = 128 (the last may be short). Each slice's partial sum starts from zero in an F32
+// accumulator and takes its 32-wide k-chunks in ascending order, each two mma k-steps with a fixed k-to-fragment-slot
+// permutation. An output is the slices' partial sums added in slice order with F32 additions rounded to nearest,
+// y = ((p0 + p1) + p2) + ... A row's result therefore does not depend on how many rows share the call, which tile it
+// lands in, which shape was launched, or whether the slices were spread over blocks (k_split): a split product
+// stores every slice's partial sums and the last block of each tile to finish adds them up in slice order.
+// F32 weights (small test checkpoints) use CUDA cores with the CPU reference's order: within a slice eight partial
+// sums by k mod 8, combined pairwise, and the slices added in order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +22,9 @@
 #include "backends/cuda/kernels/fault.h"
 
 namespace plumb::cuda {
+
+// The width of a K-slice, the unit of the products' arithmetic (above).
+constexpr int kLinearSliceK = 128;
 
 // Launch shapes. The weight-streaming shapes serve decode: one warp per 16 output features and every product row
 // of the tile, so weights are read once, straight from global memory into registers; the launcher picks 1 to 4 warps
@@ -52,7 +61,13 @@ struct LinearParams {
   // shape's kernel, and its warps per block (0: by the GPU's size; 1 to 4: forced, register ring only).
   LinearStreamKernel stream_kernel = LinearStreamKernel::kByOccupancy;
   int32_t stream_warps = 0;
-  const void* x = nullptr;           // [x_rows, k] activations: BF16 bits when linear_stages_bf16(shape), else F32
+  // K spread over this many blocks per tile, each a run of whole slices (streaming shapes only; 1: one block takes
+  // all of K). choose_linear_k_split gives production's; launch_linear takes the count linear_k_split makes of it.
+  // Above 1 it needs `partials` and `arrivals`.
+  int32_t k_split = 1;
+  float* partials = nullptr;    // [linear_slices(k), rows, n] F32 device: every slice's partial sums
+  int32_t* arrivals = nullptr;  // [linear_arrival_count(params)] device, zeros; each tile's last block rezeroes its own
+  const void* x = nullptr;      // [x_rows, k] activations: BF16 bits when linear_stages_bf16(shape), else F32
   const int32_t* x_index = nullptr;  // [rows] device, nullable: product row r reads activation row x_index[r], else r
   const void* w = nullptr;           // [groups, n, k] BF16 bits or F32: one matrix per group (expert)
   bool w_bf16 = true;
@@ -69,9 +84,22 @@ struct LinearParams {
   int32_t max_tiles = 0;
 };
 
+// K-slices of a reduction of length k.
+int linear_slices(int64_t k);
+// The blocks a requested split really uses: every block a run of ceil(slices / requested) whole slices.
+int32_t linear_k_split(int64_t k, int64_t requested);
+// Production's split for `params` (shape, rows, n, k and, for a grouped product, max_tiles set) on a GPU of `sm_count`
+// multiprocessors: K is spread over blocks when the features alone give too few warps to keep the GPU's memory busy
+// and the partial sums are small beside the weights. 1 for the tiled and F32 shapes.
+int32_t choose_linear_k_split(const LinearParams& params, int sm_count);
+// The arrival counters a split launch of `params` may use (one per 16 features and row tile) and the partial sums it
+// stores (F32 elements).
+int64_t linear_arrival_count(const LinearParams& params);
+int64_t linear_partials_count(const LinearParams& params);
+
 // Why `params` cannot launch on the current device, or nullptr when it can: its shape does not suit its weights'
-// dtype, or its forced stream_kernel / stream_warps do not suit its shape, its rows or the GPU's shared memory. A
-// forced variant is refused, never replaced; launch_linear takes only params this accepts.
+// dtype, or its forced stream_kernel / stream_warps / k_split do not suit its shape, its rows or the GPU's shared
+// memory. A forced variant is refused, never replaced; launch_linear takes only params this accepts.
 const char* linear_launch_refusal(const LinearParams& params);
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream);
 // The dynamic shared memory (bytes) launch_linear gives a shape's kernel (0 for kF32), and the shared-memory ring
@@ -80,12 +108,16 @@ void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t s
 int linear_smem_bytes(LinearShape shape);
 int linear_ring_smem_bytes(LinearShape shape, int rows);
 
-// One way of running a product: what LinearParams' shape, stream_kernel and stream_warps pin.
+// One way of running a product: what LinearParams' shape, stream_kernel, stream_warps and k_split pin (k_split 0:
+// production's choice; a count above the slices gives every slice its own block).
 struct LinearVariant {
   LinearShape shape = LinearShape::kF32;
   LinearStreamKernel stream_kernel = LinearStreamKernel::kByOccupancy;
   int32_t stream_warps = 0;
+  int32_t k_split = 0;
 };
+// LinearVariant::k_split for a block per slice.
+constexpr int32_t kLinearSplitEverySlice = 1 << 20;
 // Every variant, each kernel and warp count pinned, that can run a plain product of `rows` rows with BF16 (or F32)
 // weights on the current device. They all give the same bits (the arithmetic above); the op harness checks that.
 std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows);

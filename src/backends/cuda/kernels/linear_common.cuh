@@ -21,6 +21,10 @@ namespace plumb::cuda::linear_detail {
 // k 8q + 4s + {0, 1} into fragment slots 2q + {0, 1} and k 8q + 4s + {2, 3} into slots 2q + 8 + {0, 1}, in A
 // (weights) and B (activations) alike, so every k of a chunk meets its partner in one slot of one step.
 constexpr int kChunkK = 32;
+// A K-slice (linear.h) is kSliceChunks whole chunks.
+constexpr int kSliceK = kLinearSliceK;
+constexpr int kSliceChunks = kSliceK / kChunkK;
+static_assert(kSliceK % kChunkK == 0, "a slice is whole chunks");
 
 // d += a·b over one 16 x 8 x 16 step. a: weight rows g and g + 8; b: product row g; d: features g and g + 8 of product
 // rows 2q and 2q + 1.
@@ -99,9 +103,9 @@ __device__ __forceinline__ void stage_unit(char* dst, const Elem* row, const Ele
 // time in shared memory, two slabs deep, shared by the block's warps (1 to kStreamMaxWarps, chosen at launch).
 // XElem float: the F32 activations themselves, rounded to BF16 when the fragment is built; uint16_t: BF16 bits made
 // by to_bf16_kernel, so large row tiles move half the bytes.
-template <int kNTiles_, int kRing_, typename XElem_>
+template <int kNTiles_, int kRing_, typename XElem_, int kMinBlocks_ = 3>
 struct StreamShape {
-  static constexpr int kNTiles = kNTiles_, kRing = kRing_;
+  static constexpr int kNTiles = kNTiles_, kRing = kRing_, kMinBlocks = kMinBlocks_;
   using XElem = XElem_;
   static constexpr int kRows = 8 * kNTiles;  // product rows per block (the row tile)
   static constexpr int kSlabK = kChunkK * kRing;
@@ -111,12 +115,13 @@ struct StreamShape {
   static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
 };
 constexpr int kStreamMaxWarps = 4;
-// Slabs of 32-64 KB in all: with the register ring (~128-160 registers a thread) three blocks of four warps fit a
-// multiprocessor, 12 warps with 12 x 8-16 KB of weight loads in flight.
+// Slabs of 32-64 KB in all: with the register ring (~128-165 registers a thread) three blocks of four warps fit a
+// multiprocessor, 12 warps with 12 x 8-16 KB of weight loads in flight. Stream64's 64-row tiles keep a slice
+// accumulator and a running sum of 32 registers each: two blocks, so that neither spills.
 using Stream8 = StreamShape<1, 12, float>;
 using Stream16 = StreamShape<2, 12, float>;
 using Stream32 = StreamShape<4, 8, uint16_t>;
-using Stream64 = StreamShape<8, 8, uint16_t>;
+using Stream64 = StreamShape<8, 8, uint16_t, 2>;
 
 // ---- Which block does what. ----
 
@@ -127,8 +132,7 @@ struct BlockTile {
   int feature_block;
   int tile;
 };
-__device__ __forceinline__ BlockTile block_tile(int feature_blocks, int max_tiles) {
-  const int b = static_cast<int>(blockIdx.x);
+__device__ __forceinline__ BlockTile block_tile(int b, int feature_blocks, int max_tiles) {
   const int per_group = kRasterGroup * max_tiles;
   const int group = b / per_group, first = group * kRasterGroup;
   const int size = min(kRasterGroup, feature_blocks - first);
@@ -162,6 +166,78 @@ __device__ __forceinline__ uint4 x_fragment(const char* stage_x, int row, int c,
   } else {
     return *reinterpret_cast<const uint4*>(stage_x + tile_offset<uint16_t>(row, 4 * c + q, S::kUnitsX));
   }
+}
+
+// ---- The slices of K (linear.h): ending one, and a split product's fold. ----
+
+// The slices [begin, end) a block of a split product covers (all of them when k_split is 1).
+struct SliceRange {
+  int begin, end;
+};
+__device__ __forceinline__ SliceRange slice_range(const LinearParams& p, int group) {
+  const int slices = (p.k + kSliceK - 1) / kSliceK;
+  const int per = (slices + p.k_split - 1) / p.k_split;
+  return {group * per, min(slices, group * per + per)};
+}
+
+// Stores one 16-feature by 8-row accumulator tile (the mma layout: features g and g + 8 of rows 2q and 2q + 1) at
+// rows [row0, row_end) and features below n of `out` [*, n].
+__device__ __forceinline__ void store_tile(float* out, int n, int row0, int row_end, int feature, const float (&d)[4]) {
+  const int q = static_cast<int>(threadIdx.x) % 4;
+  auto store = [&](int row, int f, float v) {
+    if (row < row_end && f < n) out[static_cast<int64_t>(row) * n + f] = v;
+  };
+  store(row0 + 2 * q, feature, d[0]);
+  store(row0 + 2 * q + 1, feature, d[1]);
+  store(row0 + 2 * q, feature + 8, d[2]);
+  store(row0 + 2 * q + 1, feature + 8, d[3]);
+}
+
+// Ends slice `slice` of a tile: its accumulator `acc` is added to the running sum `sum` (which starts at -0, the
+// identity of F32 addition, so the first slice's sum is its partial sum exactly), or, in a split product, stored as
+// the slice's partial sums for the fold; then it restarts from zero.
+__device__ __forceinline__ void end_slice(const LinearParams& p, int slice, int row0, int row_end, int feature,
+                                          float (&acc)[4], float (&sum)[4]) {
+  if (p.k_split > 1) {
+    store_tile(p.partials + static_cast<int64_t>(slice) * p.rows * p.n, p.n, row0, row_end, feature, acc);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] = __fadd_rn(sum[i], acc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+}
+
+// A split product's epilogue, by every thread of the block: once the block's partial sums are visible device-wide,
+// it counts itself in at its tile's arrival counter; the tile's last block adds every slice's partial sums in slice
+// order into y for product rows [row_begin, row_end) and features [feature0, feature0 + features), and rezeroes the
+// counter for the next launch. No block waits on another, and which block comes last changes no bit.
+template <KernelFault kFault>
+__device__ void fold_split_tile(const LinearParams& p, int tile_id, int row_begin, int row_end, int feature0,
+                                int features) {
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(p.arrivals + tile_id, 1) == p.k_split - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const int slices = (p.k + kSliceK - 1) / kSliceK;
+  // The planted controls: the slices added last to first, or the last one left out.
+  const int folded = kFault == KernelFault::kLinearSplitDropsSlice ? slices - 1 : slices;
+  const int64_t slice_stride = static_cast<int64_t>(p.rows) * p.n;
+  const int count = (row_end - row_begin) * features;
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
+    const int64_t at = static_cast<int64_t>(row_begin + i / features) * p.n + feature0 + i % features;
+    float sum = -0.0f;
+    for (int s = 0; s < folded; ++s) {
+      const int slice = kFault == KernelFault::kLinearSplitFoldsReversed ? slices - 1 - s : s;
+      // Written by other blocks: read from L2, past this multiprocessor's L1.
+      sum = __fadd_rn(sum, __ldcg(p.partials + slice * slice_stride + at));
+    }
+    p.y[at] = sum;
+  }
+  if (threadIdx.x == 0) p.arrivals[tile_id] = 0;
 }
 
 // ---- Launch helpers. ----

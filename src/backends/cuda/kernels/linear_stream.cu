@@ -56,16 +56,18 @@ __device__ __forceinline__ void stage_x_slab(const typename S::XElem* x, const i
 }
 
 // Block of blockDim.x / 32 warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every
-// product row of its row tile, chunk after chunk in ascending k: exactly the arithmetic of linear_bf16_kernel.
+// product row of its row tile over the block's run of K-slices, chunk after chunk in ascending k: the arithmetic of
+// linear.h. Block b takes K-group b % k_split of tile b / k_split.
 template <class S, bool kVec, KernelFault kFault>
-__global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(const LinearParams p) {
+__global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_stream_kernel(const LinearParams p) {
   using XElem = typename S::XElem;
   extern __shared__ __align__(128) char smem[];  // 2 slabs x [kRows x kSlabK] XElem
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations
 
   const int warps = static_cast<int>(blockDim.x) / 32;
   const int block_features = 16 * warps;
-  const BlockTile bt = block_tile((p.n + block_features - 1) / block_features, p.max_tiles);
+  const int tile_id = static_cast<int>(blockIdx.x) / p.k_split;
+  const BlockTile bt = block_tile(tile_id, (p.n + block_features - 1) / block_features, p.max_tiles);
   RowTile rt;
   if (!row_tile(p, bt.tile, S::kRows, &rt)) return;
   const int rows = rt.end - rt.begin;
@@ -77,18 +79,23 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(
 
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
-  const int warp_feature0 = bt.feature_block * block_features + 16 * warp;
+  const int block_feature0 = bt.feature_block * block_features;
+  const int warp_feature0 = block_feature0 + 16 * warp;
   // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers.
   const bool warp_active = warp_feature0 < p.n;
   const uint16_t* w = static_cast<const uint16_t*>(p.w) + rt.group * p.w_group_stride;  // [n, k]
   const int feature = warp_feature0 + g;
-  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k : nullptr;          // [k]
-  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k : nullptr;  // [k]
-  const auto* x = static_cast<const XElem*>(p.x);                                                    // [x_rows, k]
-  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
+  const auto* x = static_cast<const XElem*>(p.x);  // [x_rows, k]
+  // The block's slices: k [k0, k_end), loaded from the chunk c0 = k0 / kChunkK on. Weight rows and activations are
+  // addressed from k0, so each run of the ring reads exactly its slices.
+  const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
+  const int k0 = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - k0;
+  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + k0 : nullptr;          // [k_len]
+  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + k0 : nullptr;  // [k_len]
+  const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
   const int slabs = (all_chunks + S::kRing - 1) / S::kRing;
-  // The planted control leaves the last chunk out of every reduction.
-  const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
+  // The planted control leaves the product's last chunk out of every reduction.
+  const int chunks = kFault == KernelFault::kLinearDropsLastKTile && k_end == p.k ? all_chunks - 1 : all_chunks;
 
   // Slot i of the ring always holds a chunk c with c % kRing == i: chunk c + kRing is loaded the moment chunk c is
   // used, so the slot indices stay compile-time constants and the registers stay registers.
@@ -96,18 +103,24 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(
 #pragma unroll
   for (int i = 0; i < S::kRing; ++i) {
     const int kk = i * kChunkK + 8 * q;
-    ring[i].lo = warp_active ? weight_unit<kVec>(w_lo, kk, p.k) : make_uint4(0, 0, 0, 0);
-    ring[i].hi = warp_active ? weight_unit<kVec>(w_hi, kk, p.k) : make_uint4(0, 0, 0, 0);
+    ring[i].lo = warp_active ? weight_unit<kVec>(w_lo, kk, k_len) : make_uint4(0, 0, 0, 0);
+    ring[i].hi = warp_active ? weight_unit<kVec>(w_hi, kk, k_len) : make_uint4(0, 0, 0, 0);
   }
   // Each slab is one cp.async group, so waiting for all but the newest group waits for the slab about to be used.
-  if (slabs > 0) stage_x_slab<S, kVec>(x, x_offset, rows, p.k, 0, smem);
+  if (slabs > 0) stage_x_slab<S, kVec>(x, x_offset, rows, k_end, k0, smem);
   cp_async_commit();
 
+  static_assert(S::kRing % kSliceChunks == 0, "a ring of whole slices keeps their ends at fixed slots");
   float acc[S::kNTiles][4] = {};
+  float sum[S::kNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
   for (int s = 0; s < slabs; ++s) {
     // Slab s + 1 goes into the buffer slab s - 1 used, which the barrier ending the last round freed.
     if (s + 1 < slabs) {
-      stage_x_slab<S, kVec>(x, x_offset, rows, p.k, (s + 1) * S::kSlabK, smem + ((s + 1) % 2) * S::kSlabBytes);
+      stage_x_slab<S, kVec>(x, x_offset, rows, k_end, k0 + (s + 1) * S::kSlabK, smem + ((s + 1) % 2) * S::kSlabBytes);
     }
     cp_async_commit();
     // Slab s has landed for this thread; the barrier makes it everyone's.
@@ -126,27 +139,28 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, 3) linear_stream_kernel(
             mma_chunk(acc[nt], ring[i].lo, ring[i].hi, xv);
           }
         }
+        // The end of a slice that has k in it (the last one may be short).
+        if (i % kSliceChunks == kSliceChunks - 1 && c - (kSliceChunks - 1) < all_chunks) {
+#pragma unroll
+          for (int nt = 0; nt < S::kNTiles; ++nt)
+            end_slice(p, sr.begin + c / kSliceChunks, rt.begin + nt * 8, rt.end, feature, acc[nt], sum[nt]);
+        }
         const int kk = (c + S::kRing) * kChunkK + 8 * q;
-        ring[i].lo = weight_unit<kVec>(w_lo, kk, p.k);
-        ring[i].hi = weight_unit<kVec>(w_hi, kk, p.k);
+        ring[i].lo = weight_unit<kVec>(w_lo, kk, k_len);
+        ring[i].hi = weight_unit<kVec>(w_hi, kk, k_len);
       }
     }
     // Everyone is done with slab s before the next round refills its buffer.
     __syncthreads();
   }
 
-  if (!warp_active) return;
-  auto store = [&](int row, int f, float v) {
-    if (row < rt.end && f < p.n) p.y[static_cast<int64_t>(row) * p.n + f] = v;
-  };
-#pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt) {
-    const int row = rt.begin + nt * 8 + 2 * q;
-    store(row, feature, acc[nt][0]);
-    store(row + 1, feature, acc[nt][1]);
-    store(row, feature + 8, acc[nt][2]);
-    store(row + 1, feature + 8, acc[nt][3]);
+  if (p.k_split > 1) {
+    fold_split_tile<kFault>(p, tile_id, rt.begin, rt.end, block_feature0, min(block_features, p.n - block_feature0));
+    return;
   }
+  if (!warp_active) return;
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt) store_tile(p.y, p.n, rt.begin + nt * 8, rt.end, feature, sum[nt]);
 }
 
 // The shared-memory ring kernel's launch shapes, for plain decode products: stages of 4 chunks of k holding each
@@ -180,9 +194,10 @@ __device__ __forceinline__ void block_barrier() {
 }
 
 // Block of kWarps warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every row of a
-// plain product of up to kRows rows, chunk after chunk in ascending k: exactly the arithmetic of linear_bf16_kernel.
-// Each stage is one cp.async group; every lane copies the weight bytes it reads itself, so only the activations need
-// a barrier (__syncwarp for one warp).
+// plain product of up to kRows rows over the block's run of K-slices, chunk after chunk in ascending k: the
+// arithmetic of linear.h. Block b takes K-group b % k_split of feature block b / k_split. Each stage is one slice and
+// is one cp.async group; every lane copies the weight bytes it reads itself, so only the activations need a barrier
+// (__syncwarp for one warp).
 template <class S, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(const LinearParams p) {
   // kDepth stages x [activations: rows x kStageK F32 | warp 0's weights | warp 1's | ...]. A warp's weights for a
@@ -197,29 +212,35 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   }
   block_barrier<S>();
 
-  const int warp_feature0 = (static_cast<int>(blockIdx.x) * S::kWarps + warp) * 16;
+  const int tile_id = static_cast<int>(blockIdx.x) / p.k_split;
+  const int block_feature0 = tile_id * S::kWarps * 16;
+  const int warp_feature0 = block_feature0 + warp * 16;
   // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers. A
   // one-warp block always has features (the grid has one block per 16).
   const bool warp_active = S::kWarps == 1 || warp_feature0 < p.n;
   const int feature = warp_feature0 + g;
-  const auto* w = static_cast<const uint16_t*>(p.w);                                                 // [n, k]
-  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k : nullptr;          // [k]
-  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k : nullptr;  // [k]
-  const auto* x = static_cast<const float*>(p.x);                                                    // [x_rows, k]
+  // The block's slices: k [kb, k_end), one slice a stage. Weight rows are addressed from kb.
+  const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
+  const int kb = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - kb;
+  const auto* w = static_cast<const uint16_t*>(p.w);                                                      // [n, k]
+  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + kb : nullptr;          // [k_len]
+  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + kb : nullptr;  // [k_len]
+  const auto* x = static_cast<const float*>(p.x);                                                         // [x_rows, k]
   const int slab_bytes = rows * S::kUnitsX * 16;
   const int stage_bytes = slab_bytes + S::kWarps * S::kWeightBytes;
   const int lane_weights = slab_bytes + warp * S::kWeightBytes + lane * 16;  // this lane's units within a stage
-  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
+  const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
+  static_assert(S::kStageChunks == kSliceChunks, "a stage is one slice");
   const int stages = (all_chunks + S::kStageChunks - 1) / S::kStageChunks;
-  // The planted control leaves the last chunk out of every reduction.
-  const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
+  // The planted control leaves the product's last chunk out of every reduction.
+  const int chunks = kFault == KernelFault::kLinearDropsLastKTile && k_end == p.k ? all_chunks - 1 : all_chunks;
 
   auto load_stage = [&](int s) {
     char* stage = smem + (s % S::kDepth) * stage_bytes;
     const int k0 = s * S::kStageK;
-    stage_x_slab<S, kVec>(x, x_offset, rows, p.k, k0, stage);
+    stage_x_slab<S, kVec>(x, x_offset, rows, k_end, kb + k0, stage);
     char* dst = stage + lane_weights;
-    if (kVec && w_hi != nullptr && k0 + S::kStageK <= p.k) {
+    if (kVec && w_hi != nullptr && k0 + S::kStageK <= k_len) {
       // Both rows exist and the stage lies within k: no per-unit checks.
 #pragma unroll
       for (int c = 0; c < S::kStageChunks; ++c) {
@@ -230,8 +251,8 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 #pragma unroll
       for (int c = 0; c < S::kStageChunks; ++c) {
         const int kk = k0 + c * kChunkK + 8 * q;
-        stage_unit<uint16_t, kVec>(dst + (2 * c) * 512, w_lo, w, kk, p.k);
-        stage_unit<uint16_t, kVec>(dst + (2 * c + 1) * 512, w_hi, w, kk, p.k);
+        stage_unit<uint16_t, kVec>(dst + (2 * c) * 512, w_lo, w, kk, k_len);
+        stage_unit<uint16_t, kVec>(dst + (2 * c + 1) * 512, w_hi, w, kk, k_len);
       }
     }
     cp_async_commit();
@@ -245,6 +266,11 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   }
 
   float acc[S::kNTiles][4] = {};
+  float sum[S::kNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
   for (int s = 0; s < stages; ++s) {
     // Stage s has landed for this thread; the barrier makes its activations everyone's and frees the buffer read last
     // round.
@@ -269,19 +295,17 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
         mma_chunk(acc[nt], lo, hi, xv);
       }
     }
+#pragma unroll
+    for (int nt = 0; nt < S::kNTiles; ++nt) end_slice(p, sr.begin + s, nt * 8, rows, feature, acc[nt], sum[nt]);
   }
 
-  if (!warp_active) return;
-  auto store = [&](int row, int f, float v) {
-    if (row < rows && f < p.n) p.y[static_cast<int64_t>(row) * p.n + f] = v;
-  };
-#pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt) {
-    store(nt * 8 + 2 * q, feature, acc[nt][0]);
-    store(nt * 8 + 2 * q + 1, feature, acc[nt][1]);
-    store(nt * 8 + 2 * q, feature + 8, acc[nt][2]);
-    store(nt * 8 + 2 * q + 1, feature + 8, acc[nt][3]);
+  if (p.k_split > 1) {
+    fold_split_tile<kFault>(p, tile_id, 0, rows, block_feature0, min(S::kWarps * 16, p.n - block_feature0));
+    return;
   }
+  if (!warp_active) return;
+#pragma unroll
+  for (int nt = 0; nt < S::kNTiles; ++nt) store_tile(p.y, p.n, nt * 8, rows, feature, sum[nt]);
 }
 
 // ---- Launchers. ----
@@ -293,7 +317,7 @@ int stream_warps(const LinearParams& p) {
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t warp_tiles = static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles;
+  const int64_t warp_tiles = static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles * p.k_split;
   int warps = kStreamMaxWarps;
   while (warps > 1 && warp_tiles / warps < sms) warps /= 2;
   return warps;
@@ -325,7 +349,7 @@ bool ring_fits(const LinearParams& p) {
   cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   constexpr int kPerBlockExtra = 2048;  // static shared memory and what the runtime reserves per block
   const int64_t per_sm = smem_per_sm / (R::ring_bytes(p.rows) + kPerBlockExtra);
-  return (p.n + 16 * R::kWarps - 1) / (16 * R::kWarps) <= per_sm * sms;
+  return static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.k_split <= per_sm * sms;
 }
 
 template <class S, bool kVec, KernelFault kFault>
@@ -337,7 +361,7 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
       static std::atomic<uint64_t> ring_smem_allowed{0};
       const auto kernel = linear_stream_ring_kernel<R, kVec, kFault>;
       allow_smem(reinterpret_cast<const void*>(kernel), R::ring_bytes(R::kRows), ring_smem_allowed);
-      const int blocks = (p.n + 16 * R::kWarps - 1) / (16 * R::kWarps);
+      const int64_t blocks = static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.k_split;
       kernel<<<static_cast<unsigned>(blocks), 32 * R::kWarps, R::ring_bytes(p.rows), stream>>>(p);
       return;
     }
@@ -346,7 +370,7 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
   const auto kernel = linear_stream_kernel<S, kVec, kFault>;
   allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
   const int warps = stream_warps(p);
-  const int64_t blocks = static_cast<int64_t>((p.n + 16 * warps - 1) / (16 * warps)) * p.max_tiles;
+  const int64_t blocks = static_cast<int64_t>((p.n + 16 * warps - 1) / (16 * warps)) * p.max_tiles * p.k_split;
   kernel<<<static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream>>>(p);
 }
 
@@ -354,6 +378,10 @@ template <class S, bool kVec>
 void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t stream) {
   if (fault == KernelFault::kLinearDropsLastKTile) {
     launch_stream<S, kVec, KernelFault::kLinearDropsLastKTile>(p, stream);
+  } else if (fault == KernelFault::kLinearSplitFoldsReversed) {
+    launch_stream<S, kVec, KernelFault::kLinearSplitFoldsReversed>(p, stream);
+  } else if (fault == KernelFault::kLinearSplitDropsSlice) {
+    launch_stream<S, kVec, KernelFault::kLinearSplitDropsSlice>(p, stream);
   } else {
     launch_stream<S, kVec, KernelFault::kNone>(p, stream);
   }
