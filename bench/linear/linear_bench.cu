@@ -8,7 +8,7 @@
 // the same activations computed alone (T = 1), and that the T = 1 row matches a double-precision reference. The
 // device's copy bandwidth is measured in the same run (a 1 GiB device-to-device copy, median of 20), and every time is
 // also stated as a fraction of its byte floor (the weights over that bandwidth). A second table times each decode
-// product (T = 1, 4, 16) with K spread over 1, 2, 4, 8 and 16 blocks per tile, beside the split production chooses.
+// product (T = 1 to 64) with K spread over 1, 2, 4, 8 and 16 blocks per tile, beside the split production chooses.
 //
 // Usage: linear_bench [out.json]
 #include <cuda_bf16.h>
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   const int sizes[][2] = {{32, 2048},   {8192, 2048}, {4096, 2048}, {2048, 4096},
                           {512, 2048},  {256, 2048},  {1024, 2048}, {2048, 512},
                           {151936, 2048}, {248320, 2048}};
-  const int rows_list[] = {1, 4, 16, 64, 4096};
+  const int rows_list[] = {1, 4, 16, 32, 64, 4096};
   std::vector<Result> results;
   bool all_ok = true;
   const double copy = copy_gbps(stream);
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
         into.push_back({n, k, t, shape_name(p.shape), split, us, gbps, tflops, same});
       };
       report(results, identical);
-      if (t <= 16 && n < 100000) {
+      if (t <= 64 && n < 100000) {
         const int32_t chosen = p.k_split;
         for (int32_t split : {1, 2, 4, 8, 16}) {
           p.k_split = split;
