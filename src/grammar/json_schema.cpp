@@ -139,7 +139,7 @@ class Compiler {
   std::map<std::string, int32_t> references_;
   std::map<std::pair<int64_t, int64_t>, int32_t> strings_;  // (min, max or -1) -> rule
   std::map<int, int32_t> digits_;
-  int32_t ws_ = -1, character_ = -1, plain_character_ = -1, number_ = -1, integer_ = -1, any_ = -1;
+  int32_t ws_ = -1, character_ = -1, plain_character_ = -1, number_ = -1, integer_ = -1, any_ = -1, any_object_ = -1;
   int32_t free_key_ = -1;
 };
 
@@ -267,7 +267,10 @@ int32_t Compiler::object(const Json& s, const std::string& path) {
   // Absent additionalProperties means none where properties are declared (the strict reading, as OpenAI's strict
   // mode and XGrammar take it), and any where none are.
   const Json additional = s.contains("additionalProperties") ? s["additionalProperties"] : Json(properties.empty());
-  if (properties.empty() && required.empty() && additional == Json(true)) return any();
+  if (properties.empty() && required.empty() && additional == Json(true)) {
+    any();
+    return any_object_;
+  }
   const bool extras = additional != Json(false);
   const int32_t extra_value = extras ? schema(additional, child(path, "additionalProperties")) : -1;
 
@@ -526,8 +529,9 @@ int32_t Compiler::any() {
   Sequence object = literal("{"), array = literal("[");
   object.push_back(rule_item(members));
   array.push_back(rule_item(items));
-  for (Sequence s : {object, array, Sequence{rule_item(string_rule)}, Sequence{rule_item(number(false))},
-                     literal("true"), literal("false"), literal("null")})
+  any_object_ = builder_.rule("any object", {object});
+  for (Sequence s : {Sequence{rule_item(any_object_)}, array, Sequence{rule_item(string_rule)},
+                     Sequence{rule_item(number(false))}, literal("true"), literal("false"), literal("null")})
     builder_.add_alternative(any_, std::move(s));
   return any_;
 }

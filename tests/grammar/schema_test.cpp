@@ -34,6 +34,13 @@ TEST(JsonSchema, ObjectsFollowTheDeclaredOrderAndRequiredSet) {
   EXPECT_FALSE(matches(s, R"({"a":1.5,"b":"x"})"));
 }
 
+TEST(JsonSchema, AnObjectWithoutPropertiesIsAnyObjectAndNothingElse) {
+  EXPECT_TRUE(matches(R"({"type": "object"})", R"({"k": [1, "x", {"n": null}], "k2": false})"));
+  EXPECT_TRUE(matches(R"({"type": "object", "properties": {}})", "{ }"));
+  EXPECT_FALSE(matches(R"({"type": "object"})", "4"));
+  EXPECT_FALSE(matches(R"({"type": "object", "properties": {}})", R"("s")"));
+}
+
 TEST(JsonSchema, WhitespaceIsBounded) {
   const char* s = R"({"type": "array"})";
   EXPECT_TRUE(matches(s, "[" + std::string(grammar::kMaxWhitespace, ' ') + "]"));
