@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -14,6 +15,32 @@ namespace {
 constexpr size_t kMaxCachedBytes = size_t{64} << 20;
 
 }  // namespace
+
+bool apply_mask(const TokenMask& mask, float* logits, int64_t vocab) {
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int64_t base = 0; base < vocab; base += 64) {
+    const auto w = static_cast<size_t>(base / 64);
+    const uint64_t word = w < mask.size() ? mask[w] : 0;
+    const int64_t n = std::min<int64_t>(64, vocab - base);
+    if (word == 0) {
+      std::fill(logits + base, logits + base + n, kNever);
+      continue;
+    }
+    if (word == ~uint64_t{0}) {
+      any = true;
+      continue;
+    }
+    for (int64_t b = 0; b < n; ++b) {
+      if ((word >> b) & 1u) {
+        any = true;
+      } else {
+        logits[base + b] = kNever;
+      }
+    }
+  }
+  return any;
+}
 
 void StackSet::add(const int32_t* stack, size_t length) {
   for (size_t i = 0; i < size(); ++i) {
@@ -147,17 +174,37 @@ void CompiledGrammar::advance(const StackSet& in, uint8_t byte, StackSet& out) c
   }
 }
 
-void CompiledGrammar::walk(int32_t node, size_t depth, std::vector<StackSet>& levels, TokenMask& mask) const {
+// One mask computation's states, numbered, and the transitions found between them: (state << 8 | byte) -> the next
+// state, or -1 where the byte kills every stack.
+struct CompiledGrammar::Walk {
+  std::unordered_map<std::string, int32_t> ids;
+  std::vector<StackSet> states;
+  std::unordered_map<uint64_t, int32_t> next;
+  StackSet scratch;
+};
+
+void CompiledGrammar::walk(int32_t node, int32_t state, Walk& w, TokenMask& mask) const {
   const Vocabulary& v = *vocabulary_;
   const auto n = static_cast<size_t>(node);
   for (auto c = static_cast<size_t>(v.child_begin[n]); c < static_cast<size_t>(v.child_begin[n + 1]); ++c) {
-    StackSet& next = levels[depth + 1];
-    advance(levels[depth], v.child_byte[c], next);
-    if (next.size() == 0) continue;
+    const uint64_t edge = static_cast<uint64_t>(state) << 8 | v.child_byte[c];
+    auto it = w.next.find(edge);
+    if (it == w.next.end()) {
+      advance(w.states[static_cast<size_t>(state)], v.child_byte[c], w.scratch);
+      int32_t to = -1;
+      if (w.scratch.size() > 0) {
+        const auto [known, added] = w.ids.emplace(w.scratch.key(), static_cast<int32_t>(w.states.size()));
+        if (added) w.states.push_back(w.scratch);
+        to = known->second;
+      }
+      it = w.next.emplace(edge, to).first;
+    }
+    const int32_t to = it->second;
+    if (to < 0) continue;
     const auto child = static_cast<size_t>(v.child_node[c]);
     for (auto t = static_cast<size_t>(v.ending_begin[child]); t < static_cast<size_t>(v.ending_begin[child + 1]); ++t)
       mask[static_cast<size_t>(v.ending[t]) >> 6] |= uint64_t{1} << (static_cast<unsigned>(v.ending[t]) & 63u);
-    walk(static_cast<int32_t>(child), depth + 1, levels, mask);
+    walk(static_cast<int32_t>(child), to, w, mask);
   }
 }
 
@@ -165,9 +212,10 @@ TokenMask CompiledGrammar::compute_mask(const StackSet& stacks) const {
   TokenMask mask(static_cast<size_t>((vocabulary_->size() + 63) / 64), 0);
   if (stacks.has_empty())
     for (int32_t id : vocabulary_->stop_ids()) mask[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
-  std::vector<StackSet> levels(vocabulary_->depth + 1);
-  levels[0] = stacks;
-  walk(0, 0, levels, mask);
+  Walk w;
+  w.states.push_back(stacks);
+  w.ids.emplace(stacks.key(), 0);
+  walk(0, 0, w, mask);
   return mask;
 }
 

@@ -1,8 +1,9 @@
 // Grammar-constrained decoding over a real vocabulary. A matcher's state is a set of parse stacks over a Grammar
 // (several at once where the grammar is ambiguous so far); a token is allowed when its bytes, fed one by one, leave
 // at least one stack alive. The allowed-token mask of a state is found by walking a byte trie of the vocabulary
-// against the stacks (a subtree is skipped as soon as its prefix kills every stack), and cached by the state in the
-// CompiledGrammar, so the states a generation revisits (inside a string, between fields) cost one lookup.
+// against the stacks (a subtree is skipped as soon as its prefix kills every stack; the walk's transitions between
+// states are memoized, as most bytes inside a string lead back to the state they left), and cached by the state in
+// the CompiledGrammar, so the states a generation revisits (inside a string, between fields) cost one lookup.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,10 @@ using TokenMask = std::vector<uint64_t>;
 inline bool mask_has(const TokenMask& mask, int32_t id) {
   return (mask[static_cast<size_t>(id) >> 6] >> (static_cast<unsigned>(id) & 63u)) & 1u;
 }
+
+// Sets logits[id] to -inf for every id < vocab not in `mask` (ids past the mask's end included); false when no id
+// below vocab is allowed. Whole words of the mask at a time, so a 151K-token row costs tens of microseconds.
+bool apply_mask(const TokenMask& mask, float* logits, int64_t vocab);
 
 // The parse stacks of a state, flat: stack i is positions[begin(i), ends[i]), bottom first; its top is a kBytes
 // position, and below it are the positions to return to. An empty stack means the grammar is complete.
@@ -78,7 +83,8 @@ class CompiledGrammar {
 
  private:
   void expand(int32_t position, std::vector<int32_t>& below, StackSet& out) const;
-  void walk(int32_t node, size_t depth, std::vector<StackSet>& levels, TokenMask& mask) const;
+  struct Walk;
+  void walk(int32_t node, int32_t state, Walk& w, TokenMask& mask) const;
 
   Grammar grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;

@@ -1,7 +1,6 @@
 #include "server/structured.h"
 
 #include <algorithm>
-#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -20,17 +19,7 @@ class GrammarConstraint final : public TokenConstraint {
 
   bool mask(float* logits, int64_t vocab) const override {
     if (in_reasoning_) return true;
-    const std::shared_ptr<const grammar::TokenMask> allowed = matcher_.allowed();
-    const int64_t known = std::min(vocab, matcher_.compiled().vocabulary().size());
-    bool any = false;
-    for (int64_t id = 0; id < vocab; ++id) {
-      if (id < known && grammar::mask_has(*allowed, static_cast<int32_t>(id))) {
-        any = true;
-      } else {
-        logits[id] = -std::numeric_limits<float>::infinity();
-      }
-    }
-    return any;
+    return grammar::apply_mask(*matcher_.allowed(), logits, vocab);
   }
 
   void accept(int32_t id) override {
