@@ -220,7 +220,10 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     if (a.request.top_logprobs >= 0) token = token_with_logprobs(row, vocab, id, a.request.top_logprobs);
     std::optional<StopCause> finish;
     if (a.request.constraint) {
-      a.request.constraint->accept(id);
+      if (!a.request.constraint->accept(id)) {
+        events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, "the drawn token breaks the constraint"}});
+        continue;
+      }
       if (a.request.constraint->finished()) finish = StopCause::kConstraintDone;
     }
     events.push_back({w.id, EngineEvent{token, finish, {}}});

@@ -15,8 +15,9 @@ namespace plumb::grammar {
 
 class GrammarCache {
  public:
-  // Holds at most `capacity` grammars; past that it starts over empty.
-  explicit GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, size_t capacity = 256);
+  // Holds at most `capacity` grammars; past that it starts over empty. With each grammar's masks capped at 16 MiB,
+  // the default bounds the memory of a server that sees many schemas to about half a GiB.
+  explicit GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, size_t capacity = 32);
   // The grammar of `schema` with `wrapping`, compiled on first use (the key is the schema's text, hashed by the
   // map). Throws plumb::Error as compile_json_schema does; a schema that fails is not cached.
   std::shared_ptr<const CompiledGrammar> json_schema(const nlohmann::ordered_json& schema,

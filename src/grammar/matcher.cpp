@@ -11,8 +11,8 @@ namespace plumb::grammar {
 
 namespace {
 
-// Masks are dropped all at once past this much memory (about 3400 masks of a 151K-token vocabulary).
-constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+// A grammar's masks are dropped all at once past this much memory (about 860 masks of a 151K-token vocabulary).
+constexpr size_t kMaxCachedBytes = size_t{16} << 20;
 
 }  // namespace
 

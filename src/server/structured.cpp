@@ -22,11 +22,8 @@ class GrammarConstraint final : public TokenConstraint {
     return grammar::apply_mask(*matcher_.allowed(), logits, vocab);
   }
 
-  void accept(int32_t id) override {
-    if (!in_reasoning_) {
-      PLUMB_INTERNAL_CHECK(matcher_.accept(id), "token {} was drawn outside the grammar's mask", id);
-      return;
-    }
+  bool accept(int32_t id) override {
+    if (!in_reasoning_) return matcher_.accept(id);
     // The reasoning ends at "</think>" however it was tokenized; only its last bytes need keeping.
     if (id >= 0 && id < tokenizer_.vocab_size() && tokenizer_.token_text(id)) tail_ += tokenizer_.token_bytes(id);
     if (tail_.ends_with(kThinkClose)) {
@@ -34,6 +31,7 @@ class GrammarConstraint final : public TokenConstraint {
     } else if (tail_.size() > kThinkClose.size()) {
       tail_.erase(0, tail_.size() - kThinkClose.size());
     }
+    return true;
   }
 
   bool finished() const override { return !in_reasoning_ && matcher_.finished(); }

@@ -102,7 +102,10 @@ class StepwiseConstraint final : public TokenConstraint {
         logits[id] = -std::numeric_limits<float>::infinity();
     return !allow_none_;
   }
-  void accept(int32_t id) override { taken.push_back(id); }
+  bool accept(int32_t id) override {
+    taken.push_back(id);
+    return id % 5 == static_cast<int32_t>((taken.size() - 1) % 5);
+  }
   bool finished() const override { return taken.size() == length_; }
   std::vector<int32_t> taken;
 
@@ -147,6 +150,25 @@ TEST(Engine, AConstraintThatAllowsNoTokenEndsTheRequestWithAnError) {
   r.constraint = std::make_shared<StepwiseConstraint>(4, /*allow_none=*/true);
   const Outcome out = drain(*engine.submit(r).stream);
   EXPECT_EQ(out.finish, StopCause::kError);
+  EXPECT_TRUE(out.tokens.empty());
+}
+
+// Masks nothing, and then refuses whatever was drawn (as when logits leave every allowed token at -inf).
+class RefusingConstraint final : public TokenConstraint {
+ public:
+  bool mask(float*, int64_t) const override { return true; }
+  bool accept(int32_t) override { return false; }
+  bool finished() const override { return false; }
+};
+
+TEST(Engine, ATokenTheConstraintRefusesEndsTheRequestWithAnErrorUnstreamed) {
+  test::FakeRunner runner(kVocab, 512);
+  Engine engine(runner, engine_config());
+  EngineRequest r = request(2, 6, 20);
+  r.constraint = std::make_shared<RefusingConstraint>();
+  const Outcome out = drain(*engine.submit(r).stream);
+  EXPECT_EQ(out.finish, StopCause::kError);
+  EXPECT_EQ(out.error, "the drawn token breaks the constraint");
   EXPECT_TRUE(out.tokens.empty());
 }
 
