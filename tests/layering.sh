@@ -15,10 +15,11 @@ declare -A allowed=(
   [model]="core ops model"
   [loader]="core ops model loader"
   [tokenizer]="core tokenizer"
+  [grammar]="core grammar"
   [scheduler]="core scheduler"
   [engine]="core ops model loader scheduler engine"
-  [server]="core tokenizer engine server"
-  [cli]="core ops backends model loader tokenizer scheduler engine server cli"
+  [server]="core tokenizer grammar engine server"
+  [cli]="core ops backends model loader tokenizer grammar scheduler engine server cli"
 )
 kernels=backends/cuda/kernels
 # Every file under src/ is either source (checked) or one of these; a file of any other kind is an error, so a new

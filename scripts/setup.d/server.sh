@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the server tests and benchmark need beyond the build and the Debian packages of scripts/setup.sh (curl, and
 # chromium, in which the chat page is loaded headless): the Node.js clients pinned in tests/server/package.json (the
-# official `openai` package and puppeteer-core, which drives the system chromium and downloads no browser), installed
-# into .cache/server-node (git-ignored). Idempotent: installs only what is missing.
+# official `openai` package; ajv, which checks structured outputs against their JSON Schemas; and puppeteer-core,
+# which drives the system chromium and downloads no browser), installed into .cache/server-node (git-ignored).
+# Idempotent: installs only what is missing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 

@@ -13,6 +13,7 @@ namespace plumb {
 namespace {
 
 constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI allows
+constexpr int32_t kNoTokenAllowed = -2;  // a row whose constraint allowed no token
 
 // The drawn token's log-softmax and the `top` most likely tokens' (best first, ties to the lower id), from one row of
 // raw logits [V]; the normalizer is summed in double.
@@ -179,8 +180,17 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
         if (!w.samples || !active_.count(w.id)) continue;
         const Active& a = *active[i];
         const auto generated = static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size());
-        sampled[i] = a.sampler.sample(logits.data() + i * static_cast<size_t>(vocab), vocab, a.tokens, generated,
-                                      static_cast<int64_t>(a.request.prompt.size()));
+        const float* row = logits.data() + i * static_cast<size_t>(vocab);
+        std::vector<float> masked;  // a copy: the raw row still gives the logprobs
+        if (a.request.constraint) {
+          masked.assign(row, row + vocab);
+          if (!a.request.constraint->mask(masked.data(), vocab)) {
+            sampled[i] = kNoTokenAllowed;
+            continue;
+          }
+          row = masked.data();
+        }
+        sampled[i] = a.sampler.sample(row, vocab, a.tokens, generated, static_cast<int64_t>(a.request.prompt.size()));
       }
     });
   }
@@ -196,6 +206,10 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     if (!w.samples) continue;
     const float* row = logits.data() + i * static_cast<size_t>(vocab);
     const int32_t id = sampled[i];
+    if (id == kNoTokenAllowed) {
+      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, "the constraint allows no token here"}});
+      continue;
+    }
     const std::vector<int32_t>& stops = a.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
       events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kStopToken, {}}});
@@ -204,13 +218,23 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     a.tokens.push_back(id);
     GeneratedToken token{id, 0.0f, {}};
     if (a.request.top_logprobs >= 0) token = token_with_logprobs(row, vocab, id, a.request.top_logprobs);
-    events.push_back({w.id, EngineEvent{token, std::nullopt, {}}});
+    std::optional<StopCause> finish;
+    if (a.request.constraint) {
+      if (!a.request.constraint->accept(id)) {
+        events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, "the drawn token breaks the constraint"}});
+        continue;
+      }
+      if (a.request.constraint->finished()) finish = StopCause::kConstraintDone;
+    }
+    events.push_back({w.id, EngineEvent{token, finish, {}}});
   }
   for (const auto& [id, event] : events)
     if (event.finish) scheduler_.finish(id);
   const std::vector<SequenceId> retired = scheduler_.complete(plan);
   for (auto& [id, event] : events) {
-    if (std::find(retired.begin(), retired.end(), id) != retired.end()) event.finish = StopCause::kLength;
+    // A constraint that is done has the last word on why.
+    if (std::find(retired.begin(), retired.end(), id) != retired.end() && event.finish != StopCause::kConstraintDone)
+      event.finish = StopCause::kLength;
     if (event.finish) {
       end(id, std::move(event));
     } else {

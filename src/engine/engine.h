@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "scheduler/scheduler.h"
@@ -33,11 +34,12 @@ struct GeneratedToken {
 };
 
 enum class StopCause {
-  kStopToken,  // a stop id was drawn (it is not streamed)
-  kLength,     // max_tokens were generated
-  kCancelled,  // cancel() was called
-  kShutdown,   // the engine stopped before the request finished
-  kError,      // the runner failed; `error` says why
+  kStopToken,       // a stop id was drawn (it is not streamed)
+  kLength,          // max_tokens were generated
+  kCancelled,       // cancel() was called
+  kShutdown,        // the engine stopped before the request finished
+  kError,           // the runner failed or the constraint allowed no token; `error` says why
+  kConstraintDone,  // the request's constraint allows no further token (its last event carries the last token)
 };
 
 struct EngineEvent {
@@ -65,6 +67,9 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // drawing one ends the request
   int32_t top_logprobs = -1;      // -1: no logprobs; 0..20: the drawn token's logprob and this many alternatives
+  // Applied to this request's row before each draw (logprobs stay those of the model's raw logits). Used by the
+  // step thread only, so it needs no locking of its own.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class SubmitStatus {

@@ -30,6 +30,7 @@ class GenerationRun {
         model_(model),
         exchange_(exchange),
         received_(received),
+        opens_reasoning_(opens_reasoning),
         seed_(request.seed_given ? request.sampling.seed : fresh_seed()),
         chat_(request.endpoint == Endpoint::kChatCompletions),
         id_(random_id(chat_ ? "chatcmpl-" : "cmpl-")),
@@ -67,6 +68,7 @@ class GenerationRun {
   ServedModel& model_;
   HttpExchange& exchange_;
   Clock::time_point received_;
+  bool opens_reasoning_;  // the prompt left the model inside <think>: a constraint starts after it
   uint64_t seed_;
   bool chat_;
   std::string id_;
@@ -261,6 +263,7 @@ int GenerationRun::run() {
   er.top_logprobs = request_.top_logprobs;
   Submission sub;
   try {
+    if (request_.structured) er.constraint = model_.structured.constraint(*request_.structured, opens_reasoning_);
     sub = engine.submit(std::move(er));
   } catch (const Error& e) {
     return refuse(400, e.what());
@@ -318,6 +321,9 @@ int GenerationRun::run() {
       switch (*e.finish) {
         case StopCause::kStopToken:
           ++completion_tokens_;  // the stop token was generated, though not returned
+          finish_reason = "stop";
+          break;
+        case StopCause::kConstraintDone:
           finish_reason = "stop";
           break;
         case StopCause::kLength:

@@ -13,6 +13,7 @@
 #include "server/openai_api.h"
 #include "server/prompt.h"
 #include "server/server_log.h"
+#include "server/structured.h"
 
 namespace plumb::server {
 
@@ -20,6 +21,7 @@ struct ServedModel {
   Engine& engine;
   const ModelText& text;
   Metrics& metrics;
+  StructuredOutputs& structured;
   std::string name;  // the id clients pass as "model"
 };
 

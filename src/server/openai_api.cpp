@@ -68,6 +68,60 @@ void parse_sampling(const Json& body, ApiRequest& r) {
   }
 }
 
+std::optional<StructuredOutput> response_format(const Json& format) {
+  PLUMB_CHECK(format.is_object() && format.contains("type") && format["type"].is_string(),
+              "'response_format' must be an object with a string 'type', got {}", format.dump());
+  const std::string type = format["type"].get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return StructuredOutput{Json{{"type", "object"}}, "", "", "'response_format'"};
+  PLUMB_CHECK(type == "json_schema", "'response_format.type' must be text, json_object or json_schema, got \"{}\"",
+              type);
+  const Json* spec = field(format, "json_schema");
+  PLUMB_CHECK(spec && spec->is_object(), "'response_format.json_schema' must be an object");
+  if (const Json* name = field(*spec, "name"))
+    PLUMB_CHECK(name->is_string(), "'response_format.json_schema.name' must be a string");
+  if (const Json* strict = field(*spec, "strict"))
+    PLUMB_CHECK(strict->is_boolean(), "'response_format.json_schema.strict' must be a boolean");
+  const Json* schema = field(*spec, "schema");
+  PLUMB_CHECK(schema, "'response_format.json_schema.schema' is a required property");
+  return StructuredOutput{*schema, "", "", "'response_format.json_schema.schema'"};
+}
+
+// The schema of one call of `function` in Qwen3's tool-call body: {"name": ..., "arguments": {...}}.
+Json tool_call_schema(const Json& function) {
+  const Json parameters = function.contains("parameters") ? function["parameters"] : Json{{"type", "object"}};
+  return Json{{"type", "object"},
+              {"properties", {{"name", {{"const", function["name"]}}}, {"arguments", parameters}}},
+              {"required", {"name", "arguments"}},
+              {"additionalProperties", false}};
+}
+
+// tool_choice "required" (any of the tools) or {"type": "function", "function": {"name"}} (that one), as a
+// constraint; "auto" and "none" constrain nothing.
+std::optional<StructuredOutput> forced_tool_call(const Json& choice, const Json& tools) {
+  std::string name;
+  if (choice.is_string()) {
+    const std::string c = choice.get<std::string>();
+    PLUMB_CHECK(c == "auto" || c == "none" || c == "required",
+                "'tool_choice' must be \"auto\", \"none\", \"required\" or a function, got \"{}\"", c);
+    if (c != "required") return std::nullopt;
+  } else {
+    PLUMB_CHECK(choice.is_object() && choice.value("type", "") == "function" && choice.contains("function") &&
+                    choice["function"].is_object() && choice["function"].contains("name") &&
+                    choice["function"]["name"].is_string(),
+                "'tool_choice' must be a string or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
+    name = choice["function"]["name"].get<std::string>();
+  }
+  PLUMB_CHECK(!tools.is_null(), "'tool_choice' {} needs 'tools'", choice.dump());
+  Json calls = Json::array();
+  for (const Json& tool : tools)
+    if (name.empty() || tool["function"]["name"] == name) calls.push_back(tool_call_schema(tool["function"]));
+  PLUMB_CHECK(!calls.empty(), "'tool_choice' names the function '{}', which is not in 'tools'", name);
+  const std::string source = name.empty() ? "the tools' parameters" : "the parameters of tool '" + name + "'";
+  return StructuredOutput{calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}}, "<tool_call>\n", "\n</tool_call>",
+                          source};
+}
+
 void parse_common(const Json& body, ApiRequest& r) {
   // Optional, as in llama.cpp's server: one model is served.
   if (const Json* model = field(body, "model")) {
@@ -107,9 +161,7 @@ void parse_common(const Json& body, ApiRequest& r) {
   }
   if (const Json* bias = field(body, "logit_bias"))
     PLUMB_CHECK(bias->is_object() && bias->empty(), "'logit_bias' is not supported");
-  if (const Json* format = field(body, "response_format"))
-    PLUMB_CHECK(format->is_object() && format->value("type", "") == "text",
-                "'response_format' other than {{\"type\": \"text\"}} is not supported");
+  if (const Json* format = field(body, "response_format")) r.structured = response_format(*format);
 }
 
 // One message's content as the template expects it: a string, null, or text parts joined.
@@ -153,14 +205,13 @@ void parse_chat(const Json& body, ApiRequest& r) {
     }
     if (!tools->empty()) r.tools = *tools;
   }
-  std::string choice = "auto";
   if (const Json* tool_choice = field(body, "tool_choice")) {
-    PLUMB_CHECK(tool_choice->is_string(), "'tool_choice' other than \"auto\" or \"none\" is not supported");
-    choice = tool_choice->get<std::string>();
-    PLUMB_CHECK(choice == "auto" || choice == "none",
-                "'tool_choice' other than \"auto\" or \"none\" is not supported, got \"{}\"", choice);
+    if (std::optional<StructuredOutput> call = forced_tool_call(*tool_choice, r.tools)) {
+      PLUMB_CHECK(!r.structured, "'response_format' and a forced 'tool_choice' cannot be combined");
+      r.structured = std::move(call);
+    }
+    if (*tool_choice == "none") r.tools = Json();
   }
-  if (choice == "none") r.tools = Json();
   r.parse_tool_calls = !r.tools.is_null();
   if (const Json* kwargs = field(body, "chat_template_kwargs")) {
     PLUMB_CHECK(kwargs->is_object(), "'chat_template_kwargs' must be an object, got {}", kwargs->dump());

@@ -17,6 +17,15 @@ using Json = nlohmann::ordered_json;  // ordered: tools reach the chat template 
 
 enum class Endpoint { kCompletions, kChatCompletions };
 
+// An answer constrained to JSON: response_format json_object or json_schema, or a forced tool call (its arguments
+// following the tool's parameters, written in the model's tool-call syntax).
+struct StructuredOutput {
+  Json schema;         // the JSON Schema the value follows ({"type": "object"} for json_object)
+  std::string prefix;  // literal text before the value
+  std::string suffix;  // and after it
+  std::string source;  // where the schema came from, for errors ("'response_format.json_schema.schema'")
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::optional<std::string> model;  // absent: the served model
@@ -39,6 +48,7 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t top_logprobs = -1;   // -1: no logprobs
+  std::optional<StructuredOutput> structured;
 };
 
 // Parses a request body. Throws plumb::Error on anything invalid or unsupported.

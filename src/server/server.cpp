@@ -18,7 +18,8 @@ const std::set<std::string> kEndpoints = {"/",          "/health",         "/met
 
 Server::Server(Engine& engine, const ModelText& text, ServerOptions options)
     : options_(std::move(options)),
-      model_{engine, text, metrics_, options_.model_name},
+      structured_(text, engine.vocab_size()),
+      model_{engine, text, metrics_, structured_, options_.model_name},
       created_(static_cast<int64_t>(std::time(nullptr))),
       log_(options_.log_format, options_.log_interval, metrics_, engine) {
   http_ = std::make_unique<HttpServer>(

@@ -52,6 +52,7 @@ class Server {
 
   ServerOptions options_;
   Metrics metrics_;
+  StructuredOutputs structured_;
   ServedModel model_;
   int64_t created_;
   ServerLog log_;  // before http_, so connection threads have ended before it goes

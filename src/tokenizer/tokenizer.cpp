@@ -183,6 +183,14 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < static_cast<int64_t>(impl_->id_kind.size()) && impl_->id_kind[id] == 2;
 }
 
+std::vector<std::string> Tokenizer::text_token_bytes(int64_t size) const {
+  PLUMB_CHECK(size >= vocab_size(), "a vocabulary of {} ids is smaller than the tokenizer's {}", size, vocab_size());
+  std::vector<std::string> bytes(static_cast<size_t>(size));
+  for (size_t id = 0; id < impl_->id_kind.size(); ++id)
+    if (impl_->id_kind[id] == 1) bytes[id] = impl_->id_bytes[id];
+  return bytes;
+}
+
 int64_t Tokenizer::vocab_size() const {
   return static_cast<int64_t>(impl_->id_kind.size());
 }

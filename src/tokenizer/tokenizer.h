@@ -53,6 +53,9 @@ class Tokenizer {
   std::optional<std::string> token_text(int32_t id) const;
   // True if `id` is an added token marked special.
   bool is_special(int32_t id) const;
+  // The bytes of every id below `size` (at least vocab_size()), for matching a grammar against the vocabulary: empty
+  // for special tokens, which stand for no text, and for ids that name no token (a model's padded rows).
+  std::vector<std::string> text_token_bytes(int64_t size) const;
 
   // One more than the largest id of any token (vocabulary and added tokens).
   int64_t vocab_size() const;

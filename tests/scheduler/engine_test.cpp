@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <memory>
 
 #include "fake_runner.h"
 #include "support/engine_stream.h"
@@ -88,6 +90,86 @@ TEST(Engine, GreedyTokensAreTheSameAloneAndAmong31Others) {
 
 TEST(Engine, SampledTokensAreTheSameAloneAndAmong31Others) {
   expect_each_same_alone_and_among_31_others(SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 11});
+}
+
+// Allows only ids of one residue mod 5 (a different one each step), then nothing after `length` tokens.
+class StepwiseConstraint final : public TokenConstraint {
+ public:
+  explicit StepwiseConstraint(size_t length, bool allow_none = false) : length_(length), allow_none_(allow_none) {}
+  bool mask(float* logits, int64_t vocab) const override {
+    for (int64_t id = 0; id < vocab; ++id)
+      if (allow_none_ || id % 5 != static_cast<int64_t>(taken.size() % 5))
+        logits[id] = -std::numeric_limits<float>::infinity();
+    return !allow_none_;
+  }
+  bool accept(int32_t id) override {
+    taken.push_back(id);
+    return id % 5 == static_cast<int32_t>((taken.size() - 1) % 5);
+  }
+  bool finished() const override { return taken.size() == length_; }
+  std::vector<int32_t> taken;
+
+ private:
+  size_t length_;
+  bool allow_none_;
+};
+
+TEST(Engine, AConstraintMasksEachDrawAndEndsTheRequestWhenDone) {
+  for (const SamplingParams& sampling : {SamplingParams{}, SamplingParams{.temperature = 1.0f, .seed = 3}}) {
+    EngineRequest constrained = request(2, 6, 20);
+    constrained.sampling = sampling;
+    constrained.top_logprobs = 0;
+    constrained.constraint = std::make_shared<StepwiseConstraint>(4);
+    std::vector<int32_t> alone;
+    {
+      test::FakeRunner runner(kVocab, 512);
+      Engine engine(runner, engine_config());
+      alone = drain(*engine.submit(constrained).stream).tokens;
+    }
+    test::FakeRunner runner(kVocab, 512);
+    Engine engine(runner, engine_config());
+    auto constraint = std::make_shared<StepwiseConstraint>(4);
+    constrained.constraint = constraint;
+    // Among other requests, so the masked row shares its steps, and draws the same tokens as alone.
+    std::vector<Submission> others;
+    for (int i = 0; i < 4; ++i) others.push_back(engine.submit(request(10 + i, 5, 12)));
+    const Outcome out = drain(*engine.submit(constrained).stream);
+    EXPECT_EQ(out.finish, StopCause::kConstraintDone);
+    ASSERT_EQ(out.tokens.size(), 4u);
+    EXPECT_EQ(out.tokens, constraint->taken);
+    EXPECT_EQ(out.tokens, alone);
+    for (size_t i = 0; i < out.tokens.size(); ++i) EXPECT_EQ(out.tokens[i] % 5, static_cast<int32_t>(i % 5)) << i;
+    for (Submission& o : others) EXPECT_EQ(drain(*o.stream).finish, StopCause::kLength);
+  }
+}
+
+TEST(Engine, AConstraintThatAllowsNoTokenEndsTheRequestWithAnError) {
+  test::FakeRunner runner(kVocab, 512);
+  Engine engine(runner, engine_config());
+  EngineRequest r = request(2, 6, 20);
+  r.constraint = std::make_shared<StepwiseConstraint>(4, /*allow_none=*/true);
+  const Outcome out = drain(*engine.submit(r).stream);
+  EXPECT_EQ(out.finish, StopCause::kError);
+  EXPECT_TRUE(out.tokens.empty());
+}
+
+// Masks nothing, and then refuses whatever was drawn (as when logits leave every allowed token at -inf).
+class RefusingConstraint final : public TokenConstraint {
+ public:
+  bool mask(float*, int64_t) const override { return true; }
+  bool accept(int32_t) override { return false; }
+  bool finished() const override { return false; }
+};
+
+TEST(Engine, ATokenTheConstraintRefusesEndsTheRequestWithAnErrorUnstreamed) {
+  test::FakeRunner runner(kVocab, 512);
+  Engine engine(runner, engine_config());
+  EngineRequest r = request(2, 6, 20);
+  r.constraint = std::make_shared<RefusingConstraint>();
+  const Outcome out = drain(*engine.submit(r).stream);
+  EXPECT_EQ(out.finish, StopCause::kError);
+  EXPECT_EQ(out.error, "the drawn token breaks the constraint");
+  EXPECT_TRUE(out.tokens.empty());
 }
 
 TEST(Engine, AStopIdEndsTheRequestWithoutBeingStreamed) {

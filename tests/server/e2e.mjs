@@ -28,6 +28,7 @@ const nodeModules = createRequire(path.join(root, ".cache/server-node/package.js
 const openaiModule = nodeModules("openai");
 const OpenAI = openaiModule.OpenAI ?? openaiModule.default ?? openaiModule;
 const puppeteer = nodeModules("puppeteer-core");
+const Ajv2020 = nodeModules("ajv/dist/2020").default;
 
 // Starts `plumb serve` on an ephemeral loopback port; resolves once its one "listening" line is out. Without
 // `--model` (modelArgs []) it serves the folder PLUMB_MODEL names in `env`.
@@ -587,6 +588,107 @@ describe("browser safety", { timeout: 120_000 }, () => {
     assertError(r, 400);
     assert.match(r.body.error.message, /nests deeper than 256 levels/);
     assert.equal((await fetch(server.url + "/health")).status, 200);
+  });
+});
+
+// Structured output: the random-weight model writes whatever the grammar lets it, so every answer must parse and
+// validate. The schemas bound every string and array, so a walk ends well within max_tokens.
+describe("structured output", { timeout: 240_000 }, () => {
+  let server, client;
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  const weather = { type: "object", properties: { city: { type: "string", maxLength: 12 },
+    unit: { enum: ["celsius", "fahrenheit"] } }, required: ["city", "unit"], additionalProperties: false };
+  const schemas = [
+    weather,
+    { type: "object", properties: { name: { type: "string", minLength: 1, maxLength: 8 }, age: { type: "integer" },
+      tags: { type: "array", items: { enum: ["a", "b", "c"] }, maxItems: 3 } }, required: ["name", "age"] },
+    { $defs: { leaf: { type: "object", properties: { v: { type: ["number", "null"] } }, required: ["v"] } },
+      type: "array", items: { $ref: "#/$defs/leaf" }, minItems: 1, maxItems: 2 },
+    { anyOf: [{ type: "boolean" }, { type: "object", properties: { ok: { const: true } }, required: ["ok"] }] },
+  ];
+  const sampled = (seed) => ({ temperature: 1, seed, max_tokens: 400 });
+  const exact = { temperature: 0, max_tokens: 400 };
+  function assertValid(text, schema, what) {
+    let value;
+    assert.doesNotThrow(() => (value = JSON.parse(text)), `${what}: not JSON: ${JSON.stringify(text)}`);
+    const validate = ajv.compile(schema);
+    assert.ok(validate(value), `${what}: ${JSON.stringify(text)}: ${ajv.errorsText(validate.errors)}`);
+  }
+  before(async () => {
+    server = await startServer(["--max-batch", "8"]);
+    client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 120_000 });
+  });
+  after(async () => {
+    if (server) await stopServer(server);
+  });
+
+  test("json_schema answers on chat and completions, greedy and sampled, all parse and validate", async () => {
+    const runs = [];
+    for (const [i, schema] of schemas.entries()) {
+      const response_format = { type: "json_schema", json_schema: { name: `s${i}`, schema, strict: true } };
+      for (const params of [exact, sampled(i + 1)]) {
+        runs.push(client.chat.completions.create({ model: "default", messages: user("Answer in JSON"),
+          response_format, ...params }).then((r) => {
+          assert.equal(r.choices[0].finish_reason, "stop", JSON.stringify(r.choices[0]));
+          assertValid(r.choices[0].message.content, schema, `chat, schema ${i}, ${JSON.stringify(params)}`);
+        }));
+        runs.push(client.completions.create({ model: "default", prompt: "JSON:", response_format, ...params })
+          .then((r) => {
+            assert.equal(r.choices[0].finish_reason, "stop", JSON.stringify(r.choices[0]));
+            assertValid(r.choices[0].text, schema, `completion, schema ${i}, ${JSON.stringify(params)}`);
+          }));
+      }
+    }
+    await Promise.all(runs);
+  });
+
+  test("json_object: a streamed answer is one JSON object", async () => {
+    const stream = await client.chat.completions.create({ model: "default", messages: user("JSON please"),
+      response_format: { type: "json_object" }, ...exact, max_tokens: 1000, stream: true });
+    let text = "", finish;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(finish, "stop", text);
+    assertValid(text, { type: "object" }, "json_object");
+  });
+
+  test("a forced tool call, named or required, parses and its arguments validate", async () => {
+    const tools = [{ type: "function", function: { name: "get_weather", parameters: weather } },
+      { type: "function", function: { name: "add", parameters: { type: "object", properties: {
+        a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"], additionalProperties: false } } }];
+    const byName = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
+    for (const [tool_choice, params] of [[{ type: "function", function: { name: "add" } }, exact],
+      ["required", exact], ["required", sampled(7)]]) {
+      const r = await client.chat.completions.create({ model: "default", messages: user("Call a tool"), tools,
+        tool_choice, ...params });
+      const choice = r.choices[0];
+      assert.equal(choice.finish_reason, "tool_calls", JSON.stringify(choice));
+      assert.equal(choice.message.tool_calls.length, 1, JSON.stringify(choice));
+      const call = choice.message.tool_calls[0].function;
+      if (typeof tool_choice === "object") assert.equal(call.name, "add");
+      assert.ok(call.name in byName, call.name);
+      assertValid(call.arguments, byName[call.name], `tool call ${JSON.stringify(tool_choice)}`);
+    }
+  });
+
+  test("unsupported schemas and tool choices are answered 400 naming what is wrong", async () => {
+    const ask = (extra) => postJson(server.url + "/v1/chat/completions",
+      { model: "default", messages: user("x"), max_tokens: 4, ...extra });
+    const pattern = await ask({ response_format: { type: "json_schema", json_schema: { name: "p",
+      schema: { type: "object", properties: { id: { type: "string", pattern: "^a" } } } } } });
+    assertError(pattern, 400);
+    assert.match(pattern.body.error.message, /keyword 'pattern' at #\/properties\/id/);
+    const minimum = await ask({ response_format: { type: "json_schema", json_schema: { name: "m",
+      schema: { type: "integer", minimum: 0 } } } });
+    assertError(minimum, 400);
+    assert.match(minimum.body.error.message, /'minimum'/);
+    assertError(await ask({ response_format: { type: "yaml" } }), 400);
+    const unknownTool = await ask({ tools: [{ type: "function", function: { name: "f" } }],
+      tool_choice: { type: "function", function: { name: "g" } } });
+    assertError(unknownTool, 400);
+    assert.match(unknownTool.body.error.message, /'g', which is not in 'tools'/);
   });
 });
 
