@@ -1,6 +1,6 @@
 // Writes docs/chat-page.png (README's picture of the chat page): a short exchange with models/default in headless
-// Chromium, its sampling seeded so the picture changes only when the page or the model does. Run from the
-// repository root after scripts/setup.d/server.sh:
+// Chromium, its sampling seeded so the text is the same on each run (the timings under the answers are measured
+// anew). Run from the repository root after scripts/setup.d/server.sh:
 //   PLUMB_BINARY=build/release/bin/plumb node tests/server/chat_screenshot.mjs [OUT.png]
 import path from "node:path";
 import { launchBrowser, root, startServer, stopServer } from "./support.mjs";
