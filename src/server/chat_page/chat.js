@@ -9,26 +9,25 @@ const settingFields = ["max-tokens", "temperature", "extra-params"];
 let model = null;
 let running = null;  // { controller } while an answer streams
 
-function readJson(storage, key, fallback) {
+function readJson(key, fallback) {
   try {
-    return JSON.parse(storage.getItem(key)) ?? fallback;
+    return JSON.parse(localStorage.getItem(key)) ?? fallback;
   } catch {
     return fallback;
   }
 }
 
-// A conversation: { id, title, system, messages: [{ role, content, reasoning?, stats?, error? }], updated }.
-let conversations = readJson(localStorage, storageKeys.conversations, []);
+// A conversation: { id, title, system, messages: [{ role, content, reasoning?, stats?, error? }] }; the list holds
+// them most recently saved first.
+let conversations = readJson(storageKeys.conversations, []);
 let current = conversations.find((c) => c.id === localStorage.getItem(storageKeys.current)) ?? fresh();
 
 function fresh() {
-  return { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 8), title: "", system: "",
-    messages: [], updated: Date.now() };
+  return { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 8), title: "", system: "", messages: [] };
 }
 
 // A conversation is listed once it holds something: an empty new one is not worth a line.
 function save() {
-  current.updated = Date.now();
   const kept = conversations.filter((c) => c.id !== current.id);
   if (current.messages.length > 0 || current.system) kept.unshift(current);
   conversations = kept;
@@ -300,7 +299,7 @@ log.addEventListener("click", async (event) => {
 });
 
 // Settings last across reloads; the API key only for the tab's session, so it is not left on disk.
-const settings = readJson(localStorage, storageKeys.settings, {});
+const settings = readJson(storageKeys.settings, {});
 for (const id of settingFields) {
   if (settings[id] !== undefined) $(id).value = settings[id];
   $(id).addEventListener("change", () => {
