@@ -24,8 +24,9 @@ declare -A allowed=(
 kernels=backends/cuda/kernels
 # Every file under src/ is either source (checked) or one of these; a file of any other kind is an error, so a new
 # source extension cannot slip past the check unseen. A CMake template of a source file (`.cpp.in`) is source too.
+# The chat page's HTML, CSS and JavaScript (server/chat_page/) are compiled in as a string, never included.
 source_pattern='\.(h|hh|hpp|hxx|inc|ipp|c|cc|cpp|cxx|cu|cuh)(\.in)?$'
-other_pattern='(^|/)CMakeLists\.txt$|\.(txt|md|cmake)$'
+other_pattern='(^|/)CMakeLists\.txt$|\.(txt|md|cmake)$|^server/chat_page/[^/]+\.(html|css|js)$'
 # Any preprocessor include: "#", optional blanks, include or include_next, then whatever it names.
 directive='^[[:space:]]*#[[:space:]]*include(_next)?([^[:alnum:]_]|$)'
 # The two checkable forms; a computed include (#include MACRO) is reported, as it cannot be checked.

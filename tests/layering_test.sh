@@ -33,6 +33,7 @@ plant "$clean" backends/cuda/kernels/common.cuh '#include "attention.h"'
 plant "$clean" backends/cuda/glue.cpp '#include "backends/cuda/kernels/attention.h"' '#include "core/tensor.h"'
 plant "$clean" backends/cuda/CMakeLists.txt 'add_library(x)'
 plant "$clean" backends/cuda/resource_usage.txt 'records'
+plant "$clean" server/chat_page/chat.js '"use strict";'
 
 failures=0
 fail() {
@@ -74,6 +75,7 @@ expect_rejected unknown_extension core/a.cppm '#include "server/server.h"'
 expect_rejected template_of_source core/a.cpp.in '#include "server/server.h"'
 expect_rejected grammar_includes_tokenizer grammar/a.cpp '#include "tokenizer/jinja/lexer.h"'
 expect_rejected engine_includes_grammar engine/a.cpp '#include "grammar/matcher.h"'
+expect_rejected web_file_outside_the_chat_page core/a.js '"use strict";'
 expect_rejected unknown_layer util/a.cpp '#include "core/tensor.h"'
 expect_rejected kernel_includes_core backends/cuda/kernels/b.cu '#include "core/tensor.h"'
 expect_rejected kernel_header_includes_ops backends/cuda/kernels/b.cuh '#include <ops/backend.h>'

@@ -1,90 +1,23 @@
-// End-to-end tests of `plumb serve` on loopback with real clients: curl, the official openai npm package, and the
-// chat page in headless Chromium (through puppeteer-core). Run by ctest as `node --test e2e.mjs` with PLUMB_BINARY,
-// PLUMB_MAKE_MODEL, PLUMB_SOURCE_DIR and PLUMB_TEST_OUT set. The model has random weights, so the checks are about
-// structure, determinism and batch invariance, not about what the text says.
+// End-to-end tests of `plumb serve` on loopback with real clients: curl, the official openai npm package, and a
+// page of another origin in headless Chromium (through puppeteer-core); the chat page has its own, chat_page.mjs.
+// Run by ctest as `node --test e2e.mjs` with PLUMB_BINARY, PLUMB_MAKE_MODEL, PLUMB_SOURCE_DIR and PLUMB_TEST_OUT
+// set. The model has random weights, so the checks are about structure, determinism and batch invariance, not about
+// what the text says.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, spawn } from "node:child_process";
-import { createRequire } from "node:module";
-import { promisify } from "node:util";
-import fs from "node:fs";
 import http from "node:http";
-import path from "node:path";
+import { Ajv2020, binary, launchBrowser, makeTestModel, metric, OpenAI, run, startServer as startAnyServer, stopServer,
+  until } from "./support.mjs";
 
-const root = process.env.PLUMB_SOURCE_DIR ?? process.cwd();
-const binary = process.env.PLUMB_BINARY ?? path.join(root, "build/release/bin/plumb");
-const outDir = process.env.PLUMB_TEST_OUT ?? fs.mkdtempSync("/tmp/plumb-e2e-");
-const run = promisify(execFile);
-// A small random-weight model (make_test_model) with models/default's tokenizer and the tiny test chat template
-// (tools/tiny_chat_template.jinja), which speaks Qwen3's format with tools, tool calls and <think> blocks; the
-// default folder's own template ignores tools, and its larger weights are slow under the sanitizers.
-const model = path.join(outDir, "model");
-fs.rmSync(model, { recursive: true, force: true });
-await run(process.env.PLUMB_MAKE_MODEL ?? path.join(path.dirname(binary), "make_test_model"), [model]);
-for (const f of ["generation_config.json", "tokenizer.json", "tokenizer_config.json"])
-  fs.symlinkSync(path.join(root, "models/default", f), path.join(model, f));
-fs.copyFileSync(path.join(root, "tools/tiny_chat_template.jinja"), path.join(model, "chat_template.jinja"));
-const nodeModules = createRequire(path.join(root, ".cache/server-node/package.json"));
-const openaiModule = nodeModules("openai");
-const OpenAI = openaiModule.OpenAI ?? openaiModule.default ?? openaiModule;
-const puppeteer = nodeModules("puppeteer-core");
-const Ajv2020 = nodeModules("ajv/dist/2020").default;
+const model = await makeTestModel("model");
 
-// Starts `plumb serve` on an ephemeral loopback port; resolves once its one "listening" line is out. Without
-// `--model` (modelArgs []) it serves the folder PLUMB_MODEL names in `env`.
 function startServer(extraArgs = [], { modelArgs = ["--model", model], env = process.env } = {}) {
-  const proc = spawn(binary, ["serve", ...modelArgs, "--served-model-name", "default", "--host", "127.0.0.1",
-    "--port", "0", ...extraArgs], {
-    stdio: ["ignore", "pipe", "pipe"], env,
-  });
-  let log = "";
-  proc.stderr.on("data", (d) => (log += d));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("server did not start:\n" + log)), 60_000);
-    proc.on("exit", (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
-    let out = "";
-    proc.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
-      if (!m) return;
-      clearTimeout(timer);
-      resolve({ proc, url: m[1], firstLine: out.split("\n")[0], log: () => log });
-    });
-  });
-}
-
-// Sends `signal` and resolves with the exit code; fails if the server takes more than 20 s to stop.
-function stopServer(server, signal = "SIGTERM") {
-  return new Promise((resolve, reject) => {
-    if (server.proc.exitCode !== null) return resolve(server.proc.exitCode);
-    const timer = setTimeout(() => reject(new Error("server did not stop within 20 s")), 20_000);
-    server.proc.removeAllListeners("exit");
-    server.proc.on("exit", (code, sig) => {
-      clearTimeout(timer);
-      resolve(code ?? sig);
-    });
-    server.proc.kill(signal);
-  });
+  return startAnyServer(modelArgs, extraArgs, env);
 }
 
 async function curl(...args) {
   const { stdout } = await run("curl", ["-sS", "--max-time", "60", ...args], { maxBuffer: 64 << 20 });
   return stdout;
-}
-
-async function metric(url, name) {
-  const text = await (await fetch(url + "/metrics")).text();
-  const m = text.match(new RegExp("^" + name.replace(/[{}"]/g, "\\$&") + " (\\S+)$", "m"));
-  return m ? Number(m[1]) : undefined;
-}
-
-async function until(what, predicate, ms = 10_000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await predicate()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  assert.fail("timed out waiting for " + what);
 }
 
 async function postJson(url, body, headers = {}) {
@@ -391,41 +324,6 @@ describe("plumb serve", { timeout: 240_000 }, () => {
     await until("the health check's line", async () =>
       /^time=\S+Z level=info event=request method=GET path=\/health status=200 latency_ms=[\d.]+$/m.test(since()));
   });
-
-  test("the chat page streams an answer in headless Chromium", async () => {
-    const browser = await puppeteer.launch({ executablePath: "/usr/bin/chromium", headless: true,
-      args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
-    try {
-      const page = await browser.newPage();
-      await page.setViewport({ width: 1000, height: 700 });
-      await page.goto(server.url + "/", { waitUntil: "load" });
-      await page.waitForFunction(() => document.getElementById("model").textContent === "default");
-      await page.$eval("#max-tokens", (e) => (e.value = "8"));
-      await page.$eval("#temperature", (e) => (e.value = "0"));
-      await page.type("#prompt", "Hello from Chromium");
-      await page.click("#send");
-      await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 60_000 });
-      const shown = await page.$eval(".msg.assistant .content", (e) => e.textContent);
-      const expected = await client.chat.completions.create({ model: modelId, messages: user("Hello from Chromium"),
-        temperature: 0, max_tokens: 8 });
-      assert.equal(shown, expected.choices[0].message.content ?? "");
-      assert.ok(shown.length > 0);
-      // A question makes the test template open a <think> block: the page shows the reasoning apart.
-      await page.type("#prompt", "Why?");
-      await page.click("#send");
-      await page.waitForFunction(() => document.querySelectorAll('.msg.assistant[data-state="done"]').length === 2,
-        { timeout: 60_000 });
-      const reasoning = await page.$$eval(".msg.assistant .reasoning", (e) => e[1].textContent);
-      const asked = await client.chat.completions.create({ model: modelId, temperature: 0, max_tokens: 8,
-        messages: [...user("Hello from Chromium"), { role: "assistant", content: shown }, ...user("Why?")] });
-      assert.equal(reasoning, asked.choices[0].message.reasoning_content);
-      assert.ok(reasoning.length > 0);
-      await page.screenshot({ path: path.join(outDir, "chat_page.png") });
-      assert.ok(fs.statSync(path.join(outDir, "chat_page.png")).size > 1000);
-    } finally {
-      await browser.close();
-    }
-  });
 });
 
 describe("plumb serve --api-key --max-batch 1 --max-queue 1", { timeout: 120_000 }, () => {
@@ -539,8 +437,7 @@ describe("browser safety", { timeout: 120_000 }, () => {
   });
 
   test("only the allowed origin can call the API from a browser", async () => {
-    const browser = await puppeteer.launch({ executablePath: "/usr/bin/chromium", headless: true,
-      args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+    const browser = await launchBrowser();
     try {
       const call = async (origin, mode, contentType) => {
         const page = await browser.newPage();
