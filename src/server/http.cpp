@@ -197,11 +197,6 @@ void allow_descriptors(rlim_t wanted) {
 
 }  // namespace
 
-std::string HttpRequest::header(const std::string& lower_name) const {
-  const auto it = headers.find(lower_name);
-  return it == headers.end() ? std::string() : it->second;
-}
-
 // The epoll loop (run()'s thread) owns every connection that is reading a request or being refused; a worker owns
 // one while its handler runs, and hands it back through `returned` and the wake-up eventfd.
 struct HttpServer::Loop {

@@ -48,6 +48,11 @@ constexpr size_t kMaxHexDigits = 15;
 
 }  // namespace
 
+std::string HttpRequest::header(const std::string& lower_name) const {
+  const auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
 RequestParser::State RequestParser::fail(int status, std::string message) {
   error_status_ = status;
   error_message_ = std::move(message);
@@ -56,6 +61,12 @@ RequestParser::State RequestParser::fail(int status, std::string message) {
 
 bool RequestParser::next_line(std::string_view& line) {
   const size_t end = buffer_.find('\n', at_);
+  // A line of the body's framing may not grow past the header limit, whether or not its end has come yet (so the
+  // outcome does not depend on how the bytes were split).
+  if ((end == std::string::npos ? buffer_.size() : end) - at_ > max_header_bytes_) {
+    fail(400, "a line of the chunked request body is too long");
+    return false;
+  }
   if (end == std::string::npos) return false;
   line = without_cr(std::string_view(buffer_).substr(at_, end - at_));
   at_ = end + 1;
@@ -199,9 +210,7 @@ RequestParser::State RequestParser::parse_body() {
         if (line.empty()) return state_ = State::kComplete;
         continue;
     }
-    // A line has not all arrived: it may not grow past the header limit.
-    if (buffer_.size() - at_ > max_header_bytes_) return fail(400, "a chunked request body line is too long");
-    return state_;
+    return state_;  // a line has not all arrived, or was too long
   }
 }
 

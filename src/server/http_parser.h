@@ -38,7 +38,7 @@ class RequestParser {
   enum class Phase { kHead, kBody, kChunkSize, kChunkData, kChunkDataEnd, kTrailer };
 
   State fail(int status, std::string message);
-  // The next line from `at_` (without its CR LF or LF), or false when it has not all arrived.
+  // The next line from `at_` (without its CR LF or LF), or false when it has not all arrived or is too long (kError).
   bool next_line(std::string_view& line);
   State parse_head(std::string_view head);
   State parse_field(std::string_view line);

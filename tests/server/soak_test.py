@@ -128,12 +128,18 @@ class Soak:
             try:
                 with socket.create_connection((host, port), timeout=30) as s:
                     s.sendall(request)
-                    if rng.random() < 0.7:  # else dropped before any token
-                        s.recv(rng.choice([64, 512]))
+                    raw = b""
+                    if rng.random() < 0.7:  # else dropped before any token: up to the first event
+                        while b"data: " not in raw and (chunk := s.recv(4096)):
+                            raw += chunk
+                    if raw and not raw.startswith(b"HTTP/1.1 200 "):
+                        self.error(f"canceller {k}: {raw[:60]!r}")
+                        return
             except OSError as e:
                 self.error(f"canceller {k}: {e!r}")
                 return
             self.count("cancelled")
+            time.sleep(0.05)
 
     def slow_sender(self, k):
         host, port = address(self.url)
