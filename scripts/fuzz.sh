@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the tokenizer libFuzzer target with clang (-fsanitize=fuzzer,address,undefined) and runs it for a bounded
-# time. Exits non-zero on a crash, a hang (-timeout), a sanitizer report, a failed invariant (the harness's own or a
+# Builds the tokenizer and HTTP request parser libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
+# and runs each for a bounded time (the HTTP one a quarter of it). Exits non-zero on a crash, a hang (-timeout), a sanitizer report, a failed invariant (the harness's own or a
 # PLUMB_INTERNAL_CHECK), or fixtures that fail to load, which two planted controls check first; the crashing input is
-# left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>`.
+# left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>` (or http_fuzz).
 #   scripts/fuzz.sh [SECONDS]        (default 60)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,4 +71,22 @@ if ! PLUMB_SOURCE_DIR="$root" ./tokenizer_fuzz corpus -max_total_time="$seconds"
   exit 1
 fi
 grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" fuzz.log || true
+
+# The HTTP request parser (fuzz/http_fuzz.cpp: whole and split parses must agree), a quarter of the time: it is small.
+if [ ! -x http_fuzz ] || [ -n "$(find "$root/src/server/http_parser.cpp" "$root/src/server/http_parser.h" \
+  "$root/src/server/http.h" "$root/fuzz/http_fuzz.cpp" -newer http_fuzz | head -n 1)" ]; then
+  echo "fuzz.sh: building http_fuzz"
+  "$cxx" "${flags[@]}" "$root"/src/server/http_parser.cpp "$root"/fuzz/http_fuzz.cpp -o http_fuzz
+fi
+mkdir -p http-corpus
+cp "$root"/fuzz/http-seeds/* http-corpus/
+http_seconds=$(( seconds / 4 > 5 ? seconds / 4 : 5 ))
+echo "fuzz.sh: fuzzing the HTTP parser for ${http_seconds}s (log: $out/http-fuzz.log)"
+if ! ./http_fuzz http-corpus -max_total_time="$http_seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+  -print_final_stats=1 >http-fuzz.log 2>&1; then
+  tail -n 60 http-fuzz.log
+  echo "fuzz.sh: FAILED (crash input in $out)"
+  exit 1
+fi
+grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" http-fuzz.log || true
 echo "fuzz.sh: no crash, hang or sanitizer report"

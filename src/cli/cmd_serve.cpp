@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -37,6 +38,8 @@ struct ServeArgs {
   double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
   std::string log_format = "text";
   double log_interval = 5.0;  // seconds between throughput lines while busy
+  server::HttpLimits http;    // connection caps; the timeouts below in seconds
+  double request_timeout = http.request_timeout_ms / 1000.0, idle_timeout = http.idle_timeout_ms / 1000.0;
 };
 
 // MemAvailable from /proc/meminfo in bytes: what the host can give without swapping, as the kernel estimates it.
@@ -143,6 +146,10 @@ void run_serve(const ServeArgs& a) {
   options.log_interval = std::chrono::milliseconds(static_cast<int64_t>(a.log_interval * 1000.0));
   options.allowed_origins = server::parse_allowed_origins(a.allowed_origins);
   options.metrics_need_key = a.metrics_need_key;
+  options.limits = a.http;
+  PLUMB_CHECK(a.request_timeout > 0 && a.idle_timeout > 0, "--request-timeout and --idle-timeout must be > 0");
+  options.limits.request_timeout_ms = static_cast<int>(std::min(a.request_timeout * 1000.0, 1e9));
+  options.limits.idle_timeout_ms = static_cast<int>(std::min(a.idle_timeout * 1000.0, 1e9));
   options.model_name = a.served_model_name.empty() ? a.model.name() : a.served_model_name;
   server::Server server(engine, text, options);
   std::printf("plumb serve: listening on http://%s:%u (model \"%s\", device %s, max batch %d)\n", a.host.c_str(),
@@ -170,6 +177,15 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--device", args->device, kDeviceHelp);
   serve->add_option("--max-batch", args->max_batch, "sequences running at once");
   serve->add_option("--max-queue", args->max_queue, "requests waiting at most; more get 429");
+  serve->add_option("--max-connections", args->http.max_connections,
+                    "open connections in all; more are answered 503 and closed");
+  serve->add_option("--max-client-connections", args->http.max_client_connections,
+                    "open connections from one client address; more are answered 429 and closed");
+  serve->add_option("--request-timeout", args->request_timeout,
+                    "seconds a request's header and body may take to arrive; a slower one gets 408");
+  serve->add_option("--idle-timeout", args->idle_timeout, "seconds a keep-alive connection may sit idle");
+  serve->add_option("--http-workers", args->http.workers,
+                    "threads running requests (streams hold one each); more complete requests wait");
   serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");
   serve->add_option("--kv-pages", args->kv_pages,
                     "KV-cache pages of 64 positions, reserved at start (0: from --kv-cache-gib, else a full context "

@@ -1,18 +1,17 @@
-// A small HTTP/1.1 server: one thread per connection, keep-alive, Content-Length request bodies, responses either
-// whole or streamed with chunked transfer encoding (for server-sent events). Handlers can ask whether the client has
-// gone, so a stream can be cancelled the moment its client disconnects. stop() closes the listener, ends idle
-// connections, and run() returns once every connection thread has finished.
+// A small HTTP/1.1 server: one epoll loop owns every connection, non-blocking, and reads each request incrementally
+// (http_parser.h), so idle and slow connections cost no thread; a complete request goes to a bounded pool of worker
+// threads that run the handler, whose answers are either whole or streamed with chunked transfer encoding (for
+// server-sent events); a keep-alive connection then goes back to the loop. Handlers can ask whether the client has
+// gone, so a stream can be cancelled the moment its client disconnects. stop() closes idle connections, and run()
+// returns once every in-flight handler has finished.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace plumb::server {
@@ -21,6 +20,7 @@ struct HttpRequest {
   std::string method;
   std::string path;                            // without the query
   std::string query;                           // after '?', undecoded
+  std::string version;                         // "HTTP/1.1" or "HTTP/1.0"
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   // The header's value, or "" when absent.
@@ -58,12 +58,16 @@ using HttpHandler = std::function<void(const HttpRequest&, HttpExchange&)>;
 // The response for a request the HTTP layer itself refuses (malformed, too large), given its status and message.
 using HttpErrorBody = std::function<HttpResponse(int status, const std::string& message)>;
 
+// Each is a flag of plumb serve where a user may need to change it (docs/server.md's limits list).
 struct HttpLimits {
-  size_t max_header_bytes = 64 * 1024;
+  size_t max_header_bytes = 64 * 1024;      // larger headers get 431
   size_t max_body_bytes = 8 * 1024 * 1024;  // larger bodies get 413
-  int max_connections = 1024;               // more are answered 503 and closed
+  int max_connections = 16384;              // open connections in all; more are answered 503 and closed
+  int max_client_connections = 4096;        // open connections from one client address; more get 429 and a close
+  int request_timeout_ms = 30 * 1000;       // from a request's first byte to its last; a slower one gets 408
   int idle_timeout_ms = 60 * 1000;          // a keep-alive connection idle this long is closed
   int send_timeout_ms = 30 * 1000;          // a client that reads nothing this long is dropped
+  int workers = 512;  // threads running handlers (started as needed); more complete requests wait for one
 };
 
 class HttpServer {
@@ -76,27 +80,19 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   uint16_t port() const { return port_; }
-  // Accepts connections until stop(); returns after every connection thread has ended.
+  // Serves connections until stop(); returns after every handler has ended.
   void run();
   // Thread-safe; makes run() return once in-flight handlers have finished.
   void stop();
 
  private:
-  struct Connection {
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  void serve_connection(int fd);
-  void reap(bool all);
-
+  struct Loop;  // the epoll loop's state and the worker pool (http.cpp)
   HttpHandler handler_;
   HttpErrorBody error_body_;
   HttpLimits limits_;
   int listen_fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};  // stop() writes to it to wake the accept loop
   uint16_t port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::list<Connection> connections_;  // touched only by run()'s thread
+  std::unique_ptr<Loop> loop_;
 };
 
 }  // namespace plumb::server

@@ -8,36 +8,59 @@
 
 namespace plumb::test {
 
-HttpReply send_raw(uint16_t port, const std::string& request) {
+int connect_loopback(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const timeval timeout{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  return fd;
+}
+
+std::string read_until_close(int fd) {
   std::string raw;
   char buffer[4096];
   for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) raw.append(buffer, static_cast<size_t>(n));
-  ::close(fd);
+  return raw;
+}
+
+HttpReply parse_reply(const std::string& raw, std::string* rest) {
   HttpReply reply;
   const size_t head_end = raw.find("\r\n\r\n");
-  if (head_end == std::string::npos) return reply;
+  if (head_end == std::string::npos || raw.size() < 12) return reply;
   reply.status = std::stoi(raw.substr(9, 3));
   reply.head = raw.substr(0, head_end);
-  std::string rest = raw.substr(head_end + 4);
-  if (reply.head.find("Transfer-Encoding: chunked") == std::string::npos) {
-    reply.body = rest;
-    return reply;
+  size_t at = head_end + 4;
+  if (reply.head.find("Transfer-Encoding: chunked") != std::string::npos) {
+    for (;;) {
+      const size_t line_end = raw.find("\r\n", at);
+      const size_t size = std::stoul(raw.substr(at, line_end - at), nullptr, 16);
+      at = line_end + 2;
+      if (size == 0) break;
+      reply.body += raw.substr(at, size);
+      at += size + 2;
+    }
+    at += 2;
+  } else {
+    const size_t length_at = reply.head.find("Content-Length: ");
+    const size_t length =
+        length_at == std::string::npos ? raw.size() - at : std::stoul(reply.head.substr(length_at + 16));
+    reply.body = raw.substr(at, length);
+    at += reply.body.size();
   }
-  for (size_t at = 0;;) {
-    const size_t line_end = rest.find("\r\n", at);
-    const size_t size = std::stoul(rest.substr(at, line_end - at), nullptr, 16);
-    if (size == 0) break;
-    reply.body += rest.substr(line_end + 2, size);
-    at = line_end + 2 + size + 2;
-  }
+  if (rest) *rest = raw.substr(std::min(at, raw.size()));
   return reply;
+}
+
+HttpReply send_raw(uint16_t port, const std::string& request) {
+  const int fd = connect_loopback(port);
+  EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  const std::string raw = read_until_close(fd);
+  ::close(fd);
+  return parse_reply(raw);
 }
 
 HttpReply post(uint16_t port, const std::string& path, const std::string& body, const std::string& headers,

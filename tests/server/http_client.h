@@ -1,4 +1,4 @@
-// A blocking HTTP/1.1 client over loopback for the in-process server tests: one request per connection.
+// A blocking HTTP/1.1 client over loopback for the in-process server tests.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,13 @@ struct HttpReply {
   std::string head;  // the status line and headers, as sent
   std::string body;  // chunked transfer decoded
 };
+
+// A connected socket to 127.0.0.1:port whose reads give up after 10 s, so no test hangs on a silent server.
+int connect_loopback(uint16_t port);
+// Everything the server sends on `fd` until it closes the connection (or 10 s pass).
+std::string read_until_close(int fd);
+// The first answer in `raw` (an HttpReply with status 0 when there is none); `rest` gets the bytes after it.
+HttpReply parse_reply(const std::string& raw, std::string* rest = nullptr);
 
 // Sends `request` (raw bytes: request line, headers, body) to 127.0.0.1:port and reads until the server closes.
 HttpReply send_raw(uint16_t port, const std::string& request);
