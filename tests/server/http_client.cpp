@@ -8,10 +8,16 @@
 
 namespace plumb::test {
 
-int connect_loopback(uint16_t port) {
+int connect_loopback(uint16_t port, const char* source) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   const timeval timeout{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (source != nullptr) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    EXPECT_EQ(::inet_pton(AF_INET, source, &from.sin_addr), 1) << source;
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0) << source;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);

@@ -12,8 +12,9 @@ struct HttpReply {
   std::string body;  // chunked transfer decoded
 };
 
-// A connected socket to 127.0.0.1:port whose reads give up after 10 s, so no test hangs on a silent server.
-int connect_loopback(uint16_t port);
+// A connected socket to 127.0.0.1:port whose reads give up after 10 s, so no test hangs on a silent server; bound
+// first to the loopback address `source` (e.g. "127.0.0.2", another client) when given.
+int connect_loopback(uint16_t port, const char* source = nullptr);
 // Everything the server sends on `fd` until it closes the connection (or 10 s pass).
 std::string read_until_close(int fd);
 // The first answer in `raw` (an HttpReply with status 0 when there is none); `rest` gets the bytes after it.

@@ -1,9 +1,7 @@
 // The HTTP layer's limits against a live server (issue 24): a deadline for a whole request header and body, and a
 // per-client connection limit. Before them a header line a second kept a connection alive indefinitely (the idle
 // timeout restarted with every byte), and one client's connections could take every slot.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -70,24 +68,8 @@ TEST(HttpLimits, ASlowBodyGets408AtTheRequestDeadline) {
   EXPECT_TRUE(seconds >= 0.4 && seconds <= 2.0) << seconds;
 }
 
-int connect_from(const char* source, uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const timeval timeout{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(port);
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
-  return fd;
-}
-
 HttpReply health_from(const char* source, uint16_t port) {
-  const int fd = connect_from(source, port);
+  const int fd = test::connect_loopback(port, source);
   const std::string health = "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n";
   EXPECT_EQ(::send(fd, health.data(), health.size(), MSG_NOSIGNAL), static_cast<ssize_t>(health.size()));
   const HttpReply reply = test::parse_reply(test::read_until_close(fd));
@@ -102,7 +84,7 @@ TEST(HttpLimits, OneClientCannotTakeEveryConnection) {
   options.limits.max_client_connections = 3;
   test::ServedModelFixture served(options);
   std::vector<int> held;
-  for (int i = 0; i < 3; ++i) held.push_back(connect_from("127.0.0.1", served.port()));
+  for (int i = 0; i < 3; ++i) held.push_back(test::connect_loopback(served.port(), "127.0.0.1"));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted before the next one
   const HttpReply over = health_from("127.0.0.1", served.port());
   EXPECT_EQ(over.status, 429) << over.body;
