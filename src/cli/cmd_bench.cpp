@@ -342,27 +342,35 @@ void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts&
     model.forward(batch, LogitsRows::kLast, GdnAlgorithm::kChunked);
   };
   for (int64_t i = 0; i < a.warmup; ++i) step();
-  std::vector<double> samples;
+  // Per step: the wall time, and the host's share of it (until the last launch is queued): a step whose host time
+  // reaches its wall time is bound by the host, not by the GPU.
+  std::vector<double> samples, host_samples;
+  const int64_t launches_before = be.kernel_launches();
   for (int64_t i = 0; i < a.steps; ++i) {
     be.synchronize();
     const auto start = Clock::now();
     step();
+    host_samples.push_back(seconds_since(start));
     be.synchronize();
     samples.push_back(seconds_since(start));
   }
-  const double s = median(samples);
+  const double s = median(samples), host_s = median(host_samples);
+  const double launches = static_cast<double>(be.kernel_launches() - launches_before) / static_cast<double>(a.steps);
   // Timed step i reads the KV of context + warmup + i earlier positions and writes one: on average this many.
   const double positions = static_cast<double>(a.context + a.warmup) + static_cast<double>(a.steps - 1) / 2.0 + 1.0;
   const StepBytes bytes = decode_step_bytes(ctx.config, counts, be.kv_dtype(), B, positions);
   const double floor = bytes.total() / ctx.copy_bandwidth;
-  ctx.rows.push_back({"decode step", fmt::format("B={}, past {}", B, a.context), human_time(s),
-                      fmt::format("{:.1f} tok/s", static_cast<double>(B) / s), human_bytes(bytes.total()),
-                      human_time(floor), percent(floor / s)});
+  ctx.rows.push_back(
+      {"decode step", fmt::format("B={}, past {}", B, a.context), human_time(s),
+       fmt::format("{:.1f} tok/s, {:.0f} launches, host {}", static_cast<double>(B) / s, launches, human_time(host_s)),
+       human_bytes(bytes.total()), human_time(floor), percent(floor / s)});
   ctx.out["decode"].push_back({{"batch", B},
                                {"past_tokens", a.context},
                                {"mean_kv_positions_read", positions},
                                {"step_s_median", s},
                                {"tokens_per_s", static_cast<double>(B) / s},
+                               {"kernel_launches_per_step", launches},
+                               {"host_issue_s_median", host_s},
                                {"bytes",
                                 {{"dense_weights", bytes.dense},
                                  {"experts_touched_per_layer", bytes.experts_touched},

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/projection_stacks.h"
 
 namespace plumb {
 
@@ -22,7 +23,9 @@ Qwen3NextModel::Qwen3NextModel(ModelConfig config, ModelWeights weights, Backend
       weights_(std::move(weights)),
       backend_(backend),
       kv_pool_(std::make_shared<KvPagePool>(backend, attention_layers(config_), config_.num_key_value_heads,
-                                            config_.head_dim)) {}
+                                            config_.head_dim)) {
+  stack_projections(weights_, backend_);
+}
 
 SequenceState Qwen3NextModel::new_sequence(int64_t reserve_tokens) const {
   const ModelConfig& c = config_;
@@ -93,13 +96,15 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
 
   Tensor hidden = backend_.empty(DType::kF32, {T, H});  // [T, H] the residual stream
   backend_.embedding(weights_.embed_tokens, ids, hidden);
-  Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H]
+  Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H] the next sub-layer's normalized input
   Tensor mixed = backend_.empty(DType::kF32, {T, H});   // [T, H] a sub-layer's output
   const float eps = static_cast<float>(c.rms_norm_eps);
+  // Each residual add is one step with the norm that reads its sum (add_rms_norm), the last layer's excepted: the
+  // final norm reads only the rows whose logits are wanted.
+  if (c.num_layers > 0) backend_.rms_norm(hidden, weights_.layers[0].input_norm, eps, NormWeight::kZeroCentred, normed);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_.layers[i];
     // h = x + Mixer(RMSNorm_in(x))
-    backend_.rms_norm(hidden, w.input_norm, eps, NormWeight::kZeroCentred, normed);
     if (w.kind == LayerKind::kGatedDeltaNet) {
       std::vector<Tensor*> conv_states, recurrent_states;
       for (const SequenceInput& in : batch) {
@@ -114,14 +119,16 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
       }
       full_attention(w.attn, cache_ptrs, layout, positions, normed, mixed);
     }
-    backend_.add(hidden, mixed);
     // out = h + MLP(RMSNorm_post(h))
-    backend_.rms_norm(hidden, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
+    backend_.add_rms_norm(hidden, mixed, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
     if (w.mlp_kind == MlpKind::kMoe)
       mixture_of_experts(w.moe, normed, mixed);
     else
       dense_mlp(w.mlp, normed, mixed);
-    backend_.add(hidden, mixed);
+    if (i + 1 < c.num_layers)
+      backend_.add_rms_norm(hidden, mixed, weights_.layers[i + 1].input_norm, eps, NormWeight::kZeroCentred, normed);
+    else
+      backend_.add(hidden, mixed);
   }
   for (const SequenceInput& in : batch) in.state->position += static_cast<int64_t>(in.ids.size());
 
@@ -151,10 +158,7 @@ void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tenso
   Tensor z = be.empty(DType::kF32, {T, nv * dv});         // [T, nv·dv] output gate
   Tensor b = be.empty(DType::kF32, {T, nv});              // [T, nv] beta logits
   Tensor a = be.empty(DType::kF32, {T, nv});              // [T, nv] decay inputs
-  be.linear(x, w.in_proj_qkv, qkv);
-  be.linear(x, w.in_proj_z, z);
-  be.linear(x, w.in_proj_b, b);
-  be.linear(x, w.in_proj_a, a);
+  be.linear_parts(x, {&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a}, {&qkv, &z, &b, &a});
 
   Tensor conv = be.empty(DType::kF32, {T, c.conv_dim()});  // [T, C] SiLU(conv(qkv)): q | k | v per token
   be.causal_conv1d_silu(qkv, w.conv1d, conv_states, layout, conv);
@@ -174,24 +178,22 @@ void Qwen3NextModel::full_attention(const AttentionWeights& w, const std::vector
   const ModelConfig& c = config_;
   const int64_t T = x.dim(0), nq = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
   Backend& be = backend_;
-  Tensor q = be.empty(DType::kF32, {T, nq, d});  // [T, nq, d]
-  Tensor gate;                                   // [T, nq, d] output gate logits
+  Tensor q = be.empty(DType::kF32, {T, nq, d});   // [T, nq, d]
+  Tensor gate;                                    // [T, nq, d] output gate logits
+  Tensor k = be.empty(DType::kF32, {T, nkv, d});  // [T, nkv, d] the new keys
+  Tensor v = be.empty(DType::kF32, {T, nkv, d});  // [T, nkv, d] the new values
+  Tensor k_flat = k.reshape({T, nkv * d}), v_flat = v.reshape({T, nkv * d});
   if (c.attn_output_gate) {
     Tensor q_and_gate = be.empty(DType::kF32, {T * nq, 2 * d});  // [T·nq, 2d]: [q_h | gate_h] per head
     Tensor q_and_gate_rows = q_and_gate.reshape({T, nq * 2 * d});
-    be.linear(x, w.q_proj, q_and_gate_rows);
+    be.linear_parts(x, {&w.q_proj, &w.k_proj, &w.v_proj}, {&q_and_gate_rows, &k_flat, &v_flat});
     gate = be.empty(DType::kF32, {T, nq, d});
     be.slice_columns(q_and_gate, 0, d, q);
     be.slice_columns(q_and_gate, d, 2 * d, gate);
   } else {
     Tensor flat = q.reshape({T, nq * d});
-    be.linear(x, w.q_proj, flat);
+    be.linear_parts(x, {&w.q_proj, &w.k_proj, &w.v_proj}, {&flat, &k_flat, &v_flat});
   }
-  Tensor k = be.empty(DType::kF32, {T, nkv, d});  // [T, nkv, d] the new keys
-  Tensor v = be.empty(DType::kF32, {T, nkv, d});  // [T, nkv, d] the new values
-  Tensor k_flat = k.reshape({T, nkv * d}), v_flat = v.reshape({T, nkv * d});
-  be.linear(x, w.k_proj, k_flat);
-  be.linear(x, w.v_proj, v_flat);
 
   const float eps = static_cast<float>(c.rms_norm_eps);
   be.rms_norm(q, w.q_norm, eps, NormWeight::kZeroCentred, q);
@@ -209,8 +211,7 @@ void Qwen3NextModel::dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out
   const int64_t T = x.dim(0), width = w.gate_proj.dim(0);
   Tensor gate = backend_.empty(DType::kF32, {T, width});  // [T, width]
   Tensor up = backend_.empty(DType::kF32, {T, width});    // [T, width]
-  backend_.linear(x, w.gate_proj, gate);
-  backend_.linear(x, w.up_proj, up);
+  backend_.linear_parts(x, {&w.gate_proj, &w.up_proj}, {&gate, &up});
   backend_.silu_mul(gate, up, gate);
   backend_.linear(gate, w.down_proj, out);
 }
@@ -221,18 +222,33 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   Tensor router_logits = backend_.empty(DType::kF32, {T, E});       // [T, E]
   Tensor expert_ids = backend_.empty(DType::kI32, {T, top_k});      // [T, top_k]
   Tensor expert_weights = backend_.empty(DType::kF32, {T, top_k});  // [T, top_k]
-  backend_.linear(x, w.router, router_logits);
-  backend_.moe_route(router_logits, top_k, c.norm_topk_prob, expert_ids, expert_weights);
-  if (routing_) trace_routing(router_logits, expert_ids, expert_weights);
-  backend_.moe_experts(x, expert_ids, expert_weights, w.experts, out);
-  if (!w.has_shared_expert) return;
-  // y += sigmoid(w_sg · x) · SharedMLP(x)
-  Tensor shared = backend_.empty(DType::kF32, x.shape());    // [T, H]
+  if (!w.has_shared_expert) {
+    backend_.linear(x, w.router, router_logits);
+    route_and_run_experts(w, x, router_logits, expert_ids, expert_weights, out);
+    return;
+  }
+  // y += sigmoid(w_sg · x) · SharedMLP(x); the router and the shared expert's three products of x are one.
+  const MlpWeights& s = w.shared_expert;
+  const int64_t width = s.gate_proj.dim(0);
   Tensor shared_gate = backend_.empty(DType::kF32, {T, 1});  // [T, 1]
-  dense_mlp(w.shared_expert, x, shared);
-  backend_.linear(x, w.shared_expert_gate, shared_gate);
+  Tensor gate = backend_.empty(DType::kF32, {T, width});     // [T, Is]
+  Tensor up = backend_.empty(DType::kF32, {T, width});       // [T, Is]
+  backend_.linear_parts(x, {&w.router, &w.shared_expert_gate, &s.gate_proj, &s.up_proj},
+                        {&router_logits, &shared_gate, &gate, &up});
+  route_and_run_experts(w, x, router_logits, expert_ids, expert_weights, out);
+  Tensor shared = backend_.empty(DType::kF32, x.shape());  // [T, H]
+  backend_.silu_mul(gate, up, gate);
+  backend_.linear(gate, s.down_proj, shared);
   backend_.mul_sigmoid_rows(shared, shared_gate);
   backend_.add(out, shared);
+}
+
+void Qwen3NextModel::route_and_run_experts(const MoeWeights& w, const Tensor& x, const Tensor& router_logits,
+                                           Tensor& expert_ids, Tensor& expert_weights, Tensor& out) const {
+  const ModelConfig& c = config_;
+  backend_.moe_route(router_logits, c.num_experts_per_tok, c.norm_topk_prob, expert_ids, expert_weights);
+  if (routing_) trace_routing(router_logits, expert_ids, expert_weights);
+  backend_.moe_experts(x, expert_ids, expert_weights, w.experts, out);
 }
 
 void Qwen3NextModel::trace_routing(const Tensor& router_logits, Tensor& expert_ids, Tensor& expert_weights) const {

@@ -86,6 +86,9 @@ class Qwen3NextModel {
                       const std::vector<int64_t>& positions, const Tensor& x, Tensor& out) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
   void mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;
+  // The routed half of an MoE block: top-k of the router's logits, then the chosen experts' weighted sum into out.
+  void route_and_run_experts(const MoeWeights& w, const Tensor& x, const Tensor& router_logits, Tensor& expert_ids,
+                             Tensor& expert_weights, Tensor& out) const;
   void trace_routing(const Tensor& router_logits, Tensor& expert_ids, Tensor& expert_weights) const;
 
   ModelConfig config_;

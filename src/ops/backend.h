@@ -148,6 +148,11 @@ class Backend {
 
   // Waits until every queued operation has finished (for timing; download() waits by itself).
   virtual void synchronize() = 0;
+  // Kernels launched so far by this backend (0 where nothing is launched): a bench divides it by the steps it ran.
+  virtual int64_t kernel_launches() const = 0;
+  // Returns memory that no tensor holds any longer to the device, where the backend caches it for reuse (after the
+  // weights are loaded and rearranged, so that what remains free can be measured and reserved).
+  virtual void release_cached_memory() = 0;
 
   // Memory.
   virtual Tensor zeros(DType dtype, const Shape& shape) = 0;
@@ -165,8 +170,16 @@ class Backend {
   // y[t, n] = Σ_k x[t, k] · w[n, k]. x [T, K]; w [N, K]; y [T, N]. Row t of y depends on row t of x alone, in an
   // order that does not depend on T.
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // The products of one input with several weights: ys[j] = x · ws[j]ᵀ, each exactly as linear computes it. Where
+  // consecutive weights are consecutive rows of one stored matrix (model/projection_stacks.h stacks the model's so), a
+  // backend may run them as one product over the stack, which gives the same bits. x [T, K]; ws[j] [Nj, K]; ys[j] [T,
+  // Nj].
+  virtual void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) = 0;
   // Per row r of x [R, D]: y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ (1 + w or w). w [D].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) = 0;
+  // The residual step: x ← x + r, then y = rms_norm(x), each exactly as add and rms_norm compute it. x, r, y [R, D]
+  // with y distinct from x and r.
+  virtual void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) = 0;
   // Gated RMSNorm of Gated DeltaNet: y = x / sqrt(mean(x²) + eps) ⊙ w ⊙ SiLU(z), per row. x, z, y [R, D]; w [D].
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) = 0;
   // dst [R, end - begin] = src[:, begin:end] for src [R, C].

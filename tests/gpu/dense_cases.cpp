@@ -81,6 +81,45 @@ void rms_norm_case(Context& c, NormWeight kind) {
   }
 }
 
+// The residual step add_rms_norm must leave x and y with the bytes of add then rms_norm on the GPU, and y within
+// rms_norm's bound of the CPU reference's step (whose sum is the same F32 add, so both norm the same x + r).
+void add_rms_norm_case(Context& c) {
+  for (int64_t D : {int64_t{77}, int64_t{256}, int64_t{2048}}) {
+    const Tensor w = normal(c.rng, {D}, 0.3f);
+    for (int64_t T : kRowCounts) {
+      const Tensor x = normal(c.rng, {T, D}), r = normal(c.rng, {T, D});
+      const std::string what = label("add_rms_norm", T, D);
+      // Returns {x after, y}.
+      auto run = [&](Backend& be, bool fused) {
+        Tensor device_x = fresh(be, x);
+        const Tensor device_r = be.upload(r);
+        const Tensor device_w = be.upload(w);
+        Tensor y = poisoned(be, DType::kF32, {T, D});
+        if (fused) {
+          be.add_rms_norm(device_x, device_r, device_w, 1e-6f, NormWeight::kZeroCentred, y);
+        } else {
+          be.add(device_x, device_r);
+          be.rms_norm(device_x, device_w, 1e-6f, NormWeight::kZeroCentred, y);
+        }
+        return std::pair{fetch_f32(be, device_x), fetch_f32(be, y)};
+      };
+      const auto [sum, y] = run(c.gpu, true);
+      const auto [unfused_sum, unfused_y] = run(c.gpu, false);
+      c.verdict.same_bits(what + " x + r vs add", sum, unfused_sum);
+      c.verdict.same_bits(what + " y vs add then rms_norm", y, unfused_y);
+      const auto [cpu_sum, cpu_y] = run(c.cpu, true);
+      c.verdict.same_bits(what + " x + r vs the CPU's", sum, cpu_sum);
+      std::vector<double> bound(static_cast<size_t>(T * D));
+      for (int64_t row = 0; row < T; ++row) {
+        const double inv = inv_rms(cpu_sum.f32() + row * D, D, 1e-6f);
+        for (int64_t i = 0; i < D; ++i)
+          bound[row * D + i] = norm_rel(D) * std::fabs(cpu_sum.f32()[row * D + i] * inv * (1.0 + w.f32()[i]));
+      }
+      c.verdict.close(what + " y", y, cpu_y, bound);
+    }
+  }
+}
+
 void gated_rms_norm_case(Context& c) {
   for (int64_t D : {int64_t{24}, int64_t{128}}) {
     const Tensor w = uniform(c.rng, {D}, 0.5f, 1.5f);
@@ -190,6 +229,7 @@ const CaseRegistrar reg_embedding_f32("embedding_f32", [](Context& c) { embeddin
 const CaseRegistrar reg_embedding_bf16("embedding_bf16", [](Context& c) { embedding_case(c, DType::kBF16); });
 const CaseRegistrar reg_rms_zc("rms_norm_zero_centred", [](Context& c) { rms_norm_case(c, NormWeight::kZeroCentred); });
 const CaseRegistrar reg_rms_plain("rms_norm_plain", [](Context& c) { rms_norm_case(c, NormWeight::kPlain); });
+const CaseRegistrar reg_add_rms("add_rms_norm", add_rms_norm_case);
 const CaseRegistrar reg_gated("gated_rms_norm", gated_rms_norm_case);
 const CaseRegistrar reg_slice("slice_columns", slice_columns_case);
 const CaseRegistrar reg_elementwise("elementwise", elementwise_case);
@@ -197,6 +237,7 @@ const CaseRegistrar reg_random("random_uniform", random_uniform_case);
 
 const ControlRegistrar ctl_embedding(cuda::KernelFault::kEmbeddingRowOffByOne, "embedding_bf16");
 const ControlRegistrar ctl_rms(cuda::KernelFault::kRmsNormSkipsWeight, "rms_norm_zero_centred");
+const ControlRegistrar ctl_add_rms(cuda::KernelFault::kAddRmsNormKeepsX, "add_rms_norm");
 const ControlRegistrar ctl_gated(cuda::KernelFault::kGatedNormGateSign, "gated_rms_norm");
 const ControlRegistrar ctl_slice(cuda::KernelFault::kSliceColumnsOneLate, "slice_columns");
 const ControlRegistrar ctl_tail(cuda::KernelFault::kElementwiseDropsTail, "elementwise");

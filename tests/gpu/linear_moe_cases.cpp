@@ -97,6 +97,66 @@ void linear_variants_case(Context& c) {
   }
 }
 
+// linear_parts over a stack of weights (one stored matrix, each part a view of its rows) must give each part the
+// bytes linear gives it alone, at every row count and under every launch variant (each kernel's store into parts and
+// the split products' fold into them), and be within linear's bound of the CPU reference. Part widths are awkward
+// (37, 130, 5 and 1: no boundary on a 16-feature tile's edge); parts that are not adjacent in memory take one product
+// each. dtype BF16 or F32.
+void linear_parts_case(Context& c, DType dtype) {
+  const int64_t widths[] = {37, 130, 5, 1};
+  for (int64_t K : {int64_t{77}, int64_t{1030}}) {
+    int64_t N = 0;
+    for (int64_t width : widths) N += width;
+    const Weight stacked = random_weight(c.rng, {N, K}, dtype);
+    for (int64_t T : kLinearRowCounts) {
+      const Tensor x = normal(c.rng, {T, K});
+      const std::string what =
+          "linear_parts " + std::string(dtype_name(dtype)) + " T=" + std::to_string(T) + " K=" + std::to_string(K);
+      // Each part alone through linear, on the GPU and the CPU.
+      std::vector<Tensor> alone, reference;
+      std::vector<Weight> parts;
+      for (int64_t row = 0; const int64_t width : widths) {
+        parts.push_back({clone(stacked.stored.rows(row, row + width)), clone(stacked.values.rows(row, row + width))});
+        alone.push_back(run_linear(c.gpu, x, parts.back(), 0, T));
+        reference.push_back(run_linear(c.cpu, x, parts.back(), 0, T));
+        row += width;
+      }
+      // All parts in one call: views of one stored stack (one product), or separate uploads (one product each).
+      auto run_parts = [&](bool one_stack) {
+        const Tensor device_x = c.gpu.upload(x);
+        const Tensor device_stack = c.gpu.upload(stacked.stored);
+        std::vector<Tensor> ws, ys;
+        for (int64_t row = 0; const int64_t width : widths) {
+          ws.push_back(one_stack ? device_stack.rows(row, row + width) : c.gpu.upload(parts[ws.size()].stored));
+          ys.push_back(poisoned(c.gpu, DType::kF32, {T, width}));
+          row += width;
+        }
+        std::vector<const Tensor*> w_ptrs;
+        std::vector<Tensor*> y_ptrs;
+        for (size_t j = 0; j < ws.size(); ++j) w_ptrs.push_back(&ws[j]), y_ptrs.push_back(&ys[j]);
+        c.gpu.linear_parts(device_x, w_ptrs, y_ptrs);
+        std::vector<Tensor> out;
+        for (const Tensor& y : ys) out.push_back(fetch_f32(c.gpu, y));
+        return out;
+      };
+      const auto judge = [&](const std::string& how, const std::vector<Tensor>& got) {
+        for (size_t j = 0; j < got.size(); ++j) {
+          const std::string part = what + " part " + std::to_string(j) + " " + how;
+          c.verdict.same_bits(part + " vs linear alone", got[j], alone[j]);
+          c.verdict.close(part, got[j], reference[j], linear_bound(x, parts[j], dtype));
+        }
+      };
+      judge("stacked", run_parts(true));
+      judge("separate", run_parts(false));
+      if (dtype != DType::kBF16 || T > 65) continue;
+      for (const cuda::LinearVariant& v : cuda::linear_variants(true, T)) {
+        const LinearVariantScope scope(c.gpu, v);
+        judge("stacked " + linear_variant_label(v), run_parts(true));
+      }
+    }
+  }
+}
+
 // linear with BF16 weights that each select one input column, w[n, k] = 1 for k = perm(n) and 0 otherwise: every
 // product but one is an exact zero, so y[t, n] is exactly the BF16 operand the GPU made of x[t, perm(n)], and must be
 // x[t, perm(n)] rounded to nearest even, bit for bit. linear_bf16's bound (2^-8 of Σ|x·w|) would also pass a
@@ -272,6 +332,8 @@ const CaseRegistrar reg_linear_f32("linear_f32", [](Context& c) { linear_case(c,
 const CaseRegistrar reg_linear_bf16("linear_bf16", [](Context& c) { linear_case(c, DType::kBF16); });
 const CaseRegistrar reg_linear_f16("linear_f16", [](Context& c) { linear_case(c, DType::kF16); });
 const CaseRegistrar reg_linear_variants("linear_bf16_variants", linear_variants_case);
+const CaseRegistrar reg_linear_parts_bf16("linear_parts_bf16", [](Context& c) { linear_parts_case(c, DType::kBF16); });
+const CaseRegistrar reg_linear_parts_f32("linear_parts_f32", [](Context& c) { linear_parts_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_rounding("linear_bf16_operand_rounding", linear_operand_rounding_case);
 const CaseRegistrar reg_route("moe_route", moe_route_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
@@ -284,6 +346,9 @@ const ControlRegistrar ctl_experts(cuda::KernelFault::kExpertsDropLastExpert, "m
 // The F32 kernel's variant of kLinearDropsLastKTile, and its own bug.
 const ControlRegistrar ctl_linear_f32(cuda::KernelFault::kLinearDropsLastKTile, "linear_f32");
 const ControlRegistrar ctl_linear_remainder(cuda::KernelFault::kLinearF32DropsKRemainder, "linear_f32");
+// A later part's first feature unwritten: its poisoned NaN fails every stacked run, in every kernel.
+const ControlRegistrar ctl_parts_bf16(cuda::KernelFault::kLinearPartsSkipBoundary, "linear_parts_bf16");
+const ControlRegistrar ctl_parts_f32(cuda::KernelFault::kLinearPartsSkipBoundary, "linear_parts_f32");
 const ControlRegistrar ctl_to_bf16(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_operand_rounding");
 // Truncating the staged activations changes the shapes that stage them (stream32, stream64, tiled) and not those that
 // round in the fragments (stream8, stream16): the variants no longer agree.

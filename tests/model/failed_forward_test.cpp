@@ -60,6 +60,8 @@ class FailingBackend final : public Backend {
   Device device() const override { return cpu_.device(); }
   DType kv_dtype() const override { return cpu_.kv_dtype(); }
   void synchronize() override { cpu_.synchronize(); }
+  int64_t kernel_launches() const override { return cpu_.kernel_launches(); }
+  void release_cached_memory() override { cpu_.release_cached_memory(); }
   Tensor zeros(DType dtype, const Shape& shape) override { return cpu_.zeros(dtype, shape); }
   Tensor empty(DType dtype, const Shape& shape) override { return cpu_.empty(dtype, shape); }
   Tensor upload(const Tensor& host) override { return cpu_.upload(host); }
@@ -92,8 +94,14 @@ class FailingBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override { cpu_.linear(x, w, y); }
+  void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override {
+    cpu_.linear_parts(x, ws, ys);
+  }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override {
     cpu_.rms_norm(x, w, eps, kind, y);
+  }
+  void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) override {
+    cpu_.add_rms_norm(x, r, w, eps, kind, y);
   }
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override {
     cpu_.gated_rms_norm(x, z, w, eps, y);

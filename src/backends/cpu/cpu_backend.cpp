@@ -114,6 +114,20 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   });
 }
 
+void CpuBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) {
+  PLUMB_CHECK(ws.size() == ys.size(), "linear_parts: {} weights for {} outputs", ws.size(), ys.size());
+  for (size_t j = 0; j < ws.size(); ++j) {
+    PLUMB_CHECK(ws[j] && ys[j], "linear_parts: part {} has no weight or no output", j);
+    linear(x, *ws[j], *ys[j]);
+  }
+}
+
+void CpuBackend::add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) {
+  PLUMB_CHECK(y.data() != x.data() && y.data() != r.data(), "add_rms_norm: y must not alias x or r");
+  add(x, r);
+  rms_norm(x, w, eps, kind, y);
+}
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) {
   expect_f32(x, "rms_norm", "x");
   expect_f32(w, "rms_norm", "w");

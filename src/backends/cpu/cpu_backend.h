@@ -30,6 +30,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   DType kv_dtype() const override { return DType::kF32; }
   void synchronize() override {}
+  int64_t kernel_launches() const override { return 0; }
+  void release_cached_memory() override {}
 
   Tensor zeros(DType dtype, const Shape& shape) override;
   Tensor empty(DType dtype, const Shape& shape) override { return zeros(dtype, shape); }
@@ -40,7 +42,9 @@ class CpuBackend final : public Backend {
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
+  void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override;
   void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
 

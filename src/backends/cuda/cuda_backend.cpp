@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -21,7 +22,14 @@ void cuda_check(cudaError_t status, const char* what) {
     PLUMB_FAIL("CUDA: {} failed: {} ({})", what, cudaGetErrorString(status), static_cast<int>(status));
 }
 
-void cuda_check_launch(const char* kernel) {
+namespace {
+// Every launch of every CudaBackend of the process: launches are counted where they are checked, and a bench runs
+// one backend.
+std::atomic<int64_t> launches_checked{0};
+}  // namespace
+
+void cuda_check_launch(const char* kernel, int kernels) {
+  launches_checked.fetch_add(kernels, std::memory_order_relaxed);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) PLUMB_FAIL("CUDA: launching {} failed: {}", kernel, cudaGetErrorString(status));
 }
@@ -86,7 +94,6 @@ class CudaMemoryPool {
     free_[size_class(bytes)].push_back(p);
   }
 
- private:
   void release_cached() {
     std::lock_guard<std::mutex> lock(mutex_);
     cudaDeviceSynchronize();  // a cached block may still be in use by queued work
@@ -95,6 +102,7 @@ class CudaMemoryPool {
     free_.clear();
   }
 
+ private:
   int device_;
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
@@ -195,6 +203,14 @@ void CudaBackend::synchronize() {
   const auto id = static_cast<int32_t>(static_cast<uint32_t>(report.first_bad & 0xffffffffu));
   PLUMB_FAIL("moe_experts: token {} slot {} has expert id {}, outside [0, {})", pair / report.top_k,
              pair % report.top_k, id, report.experts);
+}
+
+int64_t CudaBackend::kernel_launches() const {
+  return launches_checked.load(std::memory_order_relaxed);
+}
+
+void CudaBackend::release_cached_memory() {
+  pool_->release_cached();
 }
 
 std::shared_ptr<void> CudaBackend::scratch(size_t bytes) {

@@ -44,6 +44,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   DType kv_dtype() const override { return DType::kBF16; }
   void synchronize() override;
+  int64_t kernel_launches() const override;
+  void release_cached_memory() override;
 
   Tensor zeros(DType dtype, const Shape& shape) override;
   Tensor empty(DType dtype, const Shape& shape) override;
@@ -54,7 +56,9 @@ class CudaBackend final : public Backend {
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
+  void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override;
   void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
 
@@ -111,6 +115,10 @@ class CudaBackend final : public Backend {
   // Pins `params` to the harness's variant when one is set, chooses how K is spread, and returns the partial sums'
   // scratch (alive until the launch is queued) with params pointing at it and at the arrival counters.
   std::shared_ptr<void> plan_linear(cuda::LinearParams& params, const char* op);
+  // Runs the product of x [rows, k] (checked) with weights w [n, k] into the output params already names (y or its
+  // parts): chooses the shape and split, stages x as BF16 where the shape reads it so, and launches.
+  void launch_product(const Tensor& x, const void* w, bool w_bf16, int64_t n, cuda::LinearParams& params,
+                      const char* op);
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -127,7 +135,8 @@ class CudaBackend final : public Backend {
 
 // Throws plumb::Error naming `what` and CUDA's message when status is not cudaSuccess.
 void cuda_check(cudaError_t status, const char* what);
-// Checks the launch that just happened (cudaGetLastError), naming the kernel.
-void cuda_check_launch(const char* kernel);
+// Checks the launch that just happened (cudaGetLastError), naming the kernel, and counts `kernels` launches (a call
+// may launch several) towards kernel_launches().
+void cuda_check_launch(const char* kernel, int kernels = 1);
 
 }  // namespace plumb

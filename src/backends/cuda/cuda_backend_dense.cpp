@@ -106,6 +106,26 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeig
   cuda_check_launch("rms_norm_kernel");
 }
 
+void CudaBackend::add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) {
+  const int64_t rows = norm_rows(x, w, y, "add_rms_norm");
+  expect_gpu(r, DType::kF32, "add_rms_norm", "r");
+  expect_same_numel(x, r, "add_rms_norm", "x", "r");
+  PLUMB_CHECK(y.data() != x.data() && y.data() != r.data(), "add_rms_norm: y must not alias x or r");
+  if (rows == 0) return;
+  cuda::RmsNormParams params;
+  params.x = x.f32();
+  params.residual = r.f32();
+  params.sum = x.f32();
+  params.w = w.f32();
+  params.y = y.f32();
+  params.rows = rows;
+  params.dim = w.numel();
+  params.eps = eps;
+  params.weight_offset = kind == NormWeight::kZeroCentred ? 1.0f : 0.0f;
+  cuda::launch_rms_norm(params, fault(), stream());
+  cuda_check_launch("rms_norm_kernel (residual step)");
+}
+
 void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) {
   const int64_t rows = norm_rows(x, w, y, "gated_rms_norm");
   expect_gpu(z, DType::kF32, "gated_rms_norm", "z");

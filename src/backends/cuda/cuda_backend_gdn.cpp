@@ -148,8 +148,10 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   // The recurrent kernel takes its sequences in its launch parameters: a decode step uploads no table.
   const auto launch_recurrent = [&](const std::vector<cuda::GdnSequence>& sequences) {
     if (sequences.empty()) return;
-    cuda::launch_gdn_recurrent(params, sequences.data(), static_cast<int>(sequences.size()), fault_, stream_);
-    cuda_check_launch("gdn_recurrent_kernel");
+    const int count = static_cast<int>(sequences.size());
+    cuda::launch_gdn_recurrent(params, sequences.data(), count, fault_, stream_);
+    cuda_check_launch("gdn_recurrent_kernel",
+                      (count + cuda::kGdnRecurrentBatchSequences - 1) / cuda::kGdnRecurrentBatchSequences);
   };
   launch_recurrent(recurrent_first);
   if (!chunked.empty()) {
@@ -172,7 +174,7 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
       plan.run_count = static_cast<int32_t>(runs.size());
       plan.records = static_cast<float*>(records.get());
       cuda::launch_gdn_chunked(params, plan, fault_, stream_);
-      cuda_check_launch("gdn_chunk_prepare_kernel / gdn_chunk_state_kernel");
+      cuda_check_launch("gdn_chunk_prepare_kernel / gdn_chunk_state_kernel", 2);
       chunks.clear();
       runs.clear();
     };

@@ -31,6 +31,29 @@ void expect_int32(int64_t value, const char* op, const char* what) {
   PLUMB_CHECK(value <= std::numeric_limits<int32_t>::max(), "{}: {} {} is too large", op, what, value);
 }
 
+// x [rows, k] F32 and w [n, k] BF16 or F32 on the GPU, within the kernels' 32-bit indices.
+void expect_product(const Tensor& x, const Tensor& w, const char* op) {
+  expect_gpu(x, op, "x");
+  expect_gpu(w, op, "w");
+  expect_dtype(x, DType::kF32, op, "x");
+  expect_weight_dtype(w, op, "w");
+  PLUMB_CHECK(x.rank() == 2 && w.rank() == 2, "{}: x {} and w {} must be matrices", op, shape_str(x.shape()),
+              shape_str(w.shape()));
+  PLUMB_CHECK(w.dim(1) == x.dim(1), "{}: weight {} does not match input {}", op, shape_str(w.shape()),
+              shape_str(x.shape()));
+  expect_int32(x.dim(0), op, "rows");
+  expect_int32(w.dim(0), op, "output features");
+  expect_int32(x.dim(1), op, "input features");
+}
+
+// y [rows, n] F32 on the GPU, not x itself.
+void expect_product_output(const Tensor& x, const Tensor& w, const Tensor& y, const char* op, const char* name) {
+  expect_gpu(y, op, name);
+  expect_dtype(y, DType::kF32, op, name);
+  expect_shape(y, {x.dim(0), w.dim(0)}, op, name);
+  PLUMB_CHECK(y.data() != x.data() || x.dim(0) == 0 || w.dim(0) == 0, "{}: {} must not alias x", op, name);
+}
+
 const char* stream_kernel_name(cuda::LinearStreamKernel kernel) {
   switch (kernel) {
     case cuda::LinearStreamKernel::kRegisterRing:
@@ -82,34 +105,58 @@ std::shared_ptr<void> CudaBackend::plan_linear(cuda::LinearParams& params, const
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
-  expect_gpu(x, "linear", "x");
-  expect_gpu(w, "linear", "w");
-  expect_gpu(y, "linear", "y");
-  expect_dtype(x, DType::kF32, "linear", "x");
-  expect_dtype(y, DType::kF32, "linear", "y");
-  expect_weight_dtype(w, "linear", "w");
-  PLUMB_CHECK(x.rank() == 2 && w.rank() == 2, "linear: x {} and w {} must be matrices", shape_str(x.shape()),
-              shape_str(w.shape()));
-  const int64_t rows = x.dim(0), k = x.dim(1), n = w.dim(0);
-  PLUMB_CHECK(w.dim(1) == k, "linear: weight {} does not match input {}", shape_str(w.shape()), shape_str(x.shape()));
-  expect_shape(y, {rows, n}, "linear", "y");
-  PLUMB_CHECK(y.data() != x.data() || rows == 0 || n == 0, "linear: y must not alias x");
-  expect_int32(rows, "linear", "rows");
-  expect_int32(n, "linear", "output features");
-  expect_int32(k, "linear", "input features");
-  if (rows == 0 || n == 0) return;
-
-  const bool w_bf16 = w.dtype() == DType::kBF16;
+  expect_product(x, w, "linear");
+  expect_product_output(x, w, y, "linear", "y");
+  if (x.dim(0) == 0 || w.dim(0) == 0) return;
   cuda::LinearParams params;
+  params.y = y.f32();
+  launch_product(x, w.data(), w.dtype() == DType::kBF16, w.dim(0), params, "linear");
+}
+
+void CudaBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) {
+  const char* op = "linear_parts";
+  PLUMB_CHECK(ws.size() == ys.size(), "{}: {} weights for {} outputs", op, ws.size(), ys.size());
+  for (size_t j = 0; j < ws.size(); ++j) {
+    PLUMB_CHECK(ws[j] && ys[j], "{}: part {} has no weight or no output", op, j);
+    expect_product(x, *ws[j], op);
+    expect_product_output(x, *ws[j], *ys[j], op, "an output");
+  }
+  // Runs of weights each of which starts where the one before it ends: one product over each run's rows.
+  const auto continues = [](const Tensor& before, const Tensor& w) {
+    return w.dtype() == before.dtype() && static_cast<const char*>(before.data()) + before.nbytes() == w.data();
+  };
+  for (size_t first = 0; first < ws.size();) {
+    size_t end = first + 1;
+    while (end < ws.size() && end - first < cuda::kLinearMaxParts && continues(*ws[end - 1], *ws[end])) ++end;
+    if (end == first + 1 || x.dim(0) == 0) {
+      linear(x, *ws[first], *ys[first]);
+      ++first;
+      continue;
+    }
+    cuda::LinearParams params;
+    int64_t n = 0;
+    for (size_t j = first; j < end; ++j) {
+      n += ws[j]->dim(0);
+      params.part_end[params.part_count] = static_cast<int32_t>(n);
+      params.part_y[params.part_count++] = ys[j]->f32();
+    }
+    expect_int32(n, op, "output features of a run of parts");
+    launch_product(x, ws[first]->data(), ws[first]->dtype() == DType::kBF16, n, params, op);
+    first = end;
+  }
+}
+
+void CudaBackend::launch_product(const Tensor& x, const void* w, bool w_bf16, int64_t n, cuda::LinearParams& params,
+                                 const char* op) {
+  const int64_t rows = x.dim(0), k = x.dim(1);
   params.shape = cuda::choose_linear_shape(w_bf16, rows, rows, n, properties_.multiProcessorCount);
   params.x = x.data();
-  params.w = w.data();
+  params.w = w;
   params.w_bf16 = w_bf16;
-  params.y = y.f32();
   params.rows = static_cast<int32_t>(rows);
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
-  const std::shared_ptr<void> partials = plan_linear(params, "linear");
+  const std::shared_ptr<void> partials = plan_linear(params, op);
   std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(params.shape) && k > 0) {
     x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
@@ -118,7 +165,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
     params.x = x_bf16.get();
   }
   cuda::launch_linear(params, fault_, stream_);
-  cuda_check_launch("linear");
+  cuda_check_launch(op);
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,

@@ -156,9 +156,19 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   for (int64_t q = j; q < chunks; q += kRowThreads) {
     float v[4];
     load_chunk<kVec>(x, q, dim, v);
+    if (p.residual != nullptr) {
+      float r[4];
+      load_chunk<kVec>(p.residual + row * dim, q, dim, r);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[c] = __fadd_rn(v[c], r[c]);
+      if constexpr (kFault != KernelFault::kAddRmsNormKeepsX) store_chunk<kVec>(p.sum + row * dim, q, dim, v);
+    }
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = __fmaf_rn(v[c], v[c], acc[c]);
   }
+  // The row normalized below: x, or the residual step's sum, which this thread has just stored (or, under the planted
+  // control, recomputes).
+  const float* normed = p.residual != nullptr && kFault != KernelFault::kAddRmsNormKeepsX ? p.sum + row * dim : x;
   float sum = __fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3]));
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(kFullMask, sum, offset));
@@ -179,7 +189,13 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
 #pragma unroll 4
   for (int64_t q = j; q < chunks; q += kRowThreads) {
     float v[4], w[4], out[4];
-    load_chunk<kVec>(x, q, dim, v);
+    load_chunk<kVec>(normed, q, dim, v);
+    if (kFault == KernelFault::kAddRmsNormKeepsX && p.residual != nullptr) {
+      float r[4];
+      load_chunk<kVec>(p.residual + row * dim, q, dim, r);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[c] = __fadd_rn(v[c], r[c]);
+    }
     load_chunk<kVec>(p.w, q, dim, w);
     if constexpr (kGated) {
       float z[4];
@@ -204,7 +220,9 @@ template <int kRowThreads, bool kGated, KernelFault kFault>
 void launch_rms_norm_rows(const RmsNormParams& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kThreads / kRowThreads;
   const dim3 grid(static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  const bool vec = p.dim % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.w) && (!kGated || aligned16(p.z));
+  const bool vec = p.dim % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.w) &&
+                   (!kGated || aligned16(p.z)) &&
+                   (p.residual == nullptr || (aligned16(p.residual) && aligned16(p.sum)));
   if (vec)
     rms_norm_kernel<kRowThreads, kGated, true, kFault><<<grid, kThreads, 0, stream>>>(p);
   else
@@ -372,6 +390,8 @@ void launch_embedding(const EmbeddingParams& params, KernelFault fault, cudaStre
 void launch_rms_norm(const RmsNormParams& params, KernelFault fault, cudaStream_t stream) {
   if (fault == KernelFault::kRmsNormSkipsWeight)
     launch_rms_norm_as<false, KernelFault::kRmsNormSkipsWeight>(params, stream);
+  else if (fault == KernelFault::kAddRmsNormKeepsX)
+    launch_rms_norm_as<false, KernelFault::kAddRmsNormKeepsX>(params, stream);
   else
     launch_rms_norm_as<false, KernelFault::kNone>(params, stream);
 }

@@ -10,6 +10,7 @@
   /* elementwise and norms */                                                                                          \
   X(kEmbeddingRowOffByOne) /* gathers row id + 1 */                                                                    \
   X(kRmsNormSkipsWeight)   /* forgets the (1 + w) factor */                                                            \
+  X(kAddRmsNormKeepsX)     /* the residual step normalizes x + r but leaves x as it was */                             \
   X(kGatedNormGateSign)    /* SiLU(-z) instead of SiLU(z) */                                                           \
   X(kRouteTiesToHigher)    /* breaks router ties to the higher expert id */                                            \
   /* slices, elementwise gates and adds, the random fill */                                                            \
@@ -25,6 +26,7 @@
   X(kLinearDropsLastKTile)     /* skips the last tile of the reduction */                                              \
   X(kLinearSplitFoldsReversed) /* a split product adds its slices' partial sums last to first */                       \
   X(kLinearSplitDropsSlice)    /* a split product's fold leaves the last slice out */                                  \
+  X(kLinearPartsSkipBoundary)  /* a product in parts leaves every later part's first feature unwritten */              \
   X(kExpertsDropLastExpert)    /* leaves out each token's last routed expert */                                        \
   /* matrix products: F32 weights, activation staging, the experts' grouping and SiLU */                               \
   X(kLinearF32DropsKRemainder)  /* F32 weights: the reduction runs whole groups of 8 k only, dropping k % 8 terms */   \

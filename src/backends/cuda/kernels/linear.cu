@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
   for (int mt = 0; mt < S::kMTiles; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < S::kNTiles; ++nt) {
-      store_tile(p.y, p.n, rt.begin + (wn * S::kNTiles + nt) * 8, rt.end, feature0 + (wm * S::kMTiles + mt) * 16 + g,
-                 sum[mt][nt]);
+      store_output_tile<kFault>(p, rt.begin + (wn * S::kNTiles + nt) * 8, rt.end,
+                                feature0 + (wm * S::kMTiles + mt) * 16 + g, sum[mt][nt]);
     }
   }
 }
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kF32Features) linear_f32_kernel(const LinearPa
   }
 #pragma unroll
   for (int r = 0; r < kF32Rows; ++r) {
-    if (xr[r] != nullptr) p.y[static_cast<int64_t>(rt.begin + r) * p.n + feature] = sum[r];
+    if (xr[r] != nullptr) store_output<kFault>(p, rt.begin + r, feature, sum[r]);
   }
 }
 
@@ -340,8 +340,9 @@ void launch_linear_variant(LinearParams p, cudaStream_t stream) {
     using S = decltype(shape);
     if constexpr (std::is_same_v<S, F32Shape>) {
       const int64_t blocks = static_cast<int64_t>((p.n + kF32Features - 1) / kF32Features) * p.max_tiles;
-      constexpr bool kF32Fault =
-          kFault == KernelFault::kLinearDropsLastKTile || kFault == KernelFault::kLinearF32DropsKRemainder;
+      constexpr bool kF32Fault = kFault == KernelFault::kLinearDropsLastKTile ||
+                                 kFault == KernelFault::kLinearF32DropsKRemainder ||
+                                 kFault == KernelFault::kLinearPartsSkipBoundary;
       linear_f32_kernel<kF32Fault ? kFault : KernelFault::kNone>
           <<<static_cast<unsigned>(blocks), kF32Features, 0, stream>>>(p);
     } else {
@@ -426,6 +427,14 @@ LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t to
 const char* linear_launch_refusal(const LinearParams& p) {
   if ((p.shape == LinearShape::kF32) == p.w_bf16)
     return p.w_bf16 ? "BF16 weights need a BF16 shape" : "F32 weights need the kF32 shape";
+  if (p.part_count < 0 || p.part_count > kLinearMaxParts) return "a product writes 0 to kLinearMaxParts parts";
+  if (p.part_count > 0) {
+    if (p.tiles != nullptr) return "only a plain product writes its output in parts";
+    for (int j = 0; j < p.part_count; ++j)
+      if (p.part_y[j] == nullptr || p.part_end[j] <= (j > 0 ? p.part_end[j - 1] : 0))
+        return "every part needs an output and at least one feature";
+    if (p.part_end[p.part_count - 1] != p.n) return "the parts must end at the product's last feature";
+  }
   return visit_shape(p.shape, [&](auto shape) -> const char* {
     using S = decltype(shape);
     if (p.k_split < 1) return "k_split counts blocks per tile: at least 1";
@@ -535,6 +544,8 @@ void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t s
     launch_linear_variant<KernelFault::kLinearSplitDropsSlice>(params, stream);
   } else if (fault == KernelFault::kLinearF32DropsKRemainder) {
     launch_linear_variant<KernelFault::kLinearF32DropsKRemainder>(params, stream);
+  } else if (fault == KernelFault::kLinearPartsSkipBoundary) {
+    launch_linear_variant<KernelFault::kLinearPartsSkipBoundary>(params, stream);
   } else {
     launch_linear_variant<KernelFault::kNone>(params, stream);
   }

@@ -26,6 +26,9 @@ namespace plumb::cuda {
 // The width of a K-slice, the unit of the products' arithmetic (above).
 constexpr int kLinearSliceK = 128;
 
+// The most outputs one product writes (linear_parts: GDN's qkv, z, b and a).
+constexpr int kLinearMaxParts = 4;
+
 // Launch shapes. The weight-streaming shapes serve decode: one warp per 16 output features and every product row
 // of the tile, so weights are read once, straight from global memory into registers; the launcher picks 1 to 4 warps
 // per block from the GPU's size. The tiled shapes serve prefill. Choosing among them changes speed only.
@@ -72,10 +75,16 @@ struct LinearParams {
   const void* w = nullptr;           // [groups, n, k] BF16 bits or F32: one matrix per group (expert)
   bool w_bf16 = true;
   int64_t w_group_stride = 0;  // elements from one group's matrix to the next
-  float* y = nullptr;          // [rows, n] F32
-  int32_t rows = 0;            // product rows
-  int32_t n = 0;               // output features
-  int32_t k = 0;               // reduction length
+  float* y = nullptr;          // [rows, n] F32, unless the output is in parts
+  // A product of weights stacked by rows (linear_parts) writes each one's features to its own output: with part_count
+  // above 0, features [part_end[j - 1], part_end[j]) (from 0 for j = 0) go to part_y[j] [rows, that many] F32, the
+  // last part_end is n, and y is unused. Where an output goes changes no bit of it.
+  int32_t part_count = 0;
+  int32_t part_end[kLinearMaxParts] = {};
+  float* part_y[kLinearMaxParts] = {};
+  int32_t rows = 0;  // product rows
+  int32_t n = 0;     // output features
+  int32_t k = 0;     // reduction length
   // Grouped products only (nullptr for a plain one): tiles[i] = {group, row_begin, row_end} covers product rows
   // [row_begin, row_end), at most linear_tile_rows(shape) of them, with group `group`'s matrix; the first
   // *num_tiles entries are valid and the grid covers max_tiles of them.

@@ -180,17 +180,50 @@ __device__ __forceinline__ SliceRange slice_range(const LinearParams& p, int gro
   return {group * per, min(slices, group * per + per)};
 }
 
-// Stores one 16-feature by 8-row accumulator tile (the mma layout: features g and g + 8 of rows 2q and 2q + 1) at
-// rows [row0, row_end) and features below n of `out` [*, n].
-__device__ __forceinline__ void store_tile(float* out, int n, int row0, int row_end, int feature, const float (&d)[4]) {
+// Hands store(row, feature, value) the elements of one 16-feature by 8-row accumulator tile that lie in rows
+// [row0, row_end) and below feature n (the mma layout: features g and g + 8 of rows 2q and 2q + 1).
+template <class Store>
+__device__ __forceinline__ void for_tile(int n, int row0, int row_end, int feature, const float (&d)[4], Store store) {
   const int q = static_cast<int>(threadIdx.x) % 4;
-  auto store = [&](int row, int f, float v) {
-    if (row < row_end && f < n) out[static_cast<int64_t>(row) * n + f] = v;
+  auto at = [&](int row, int f, float v) {
+    if (row < row_end && f < n) store(row, f, v);
   };
-  store(row0 + 2 * q, feature, d[0]);
-  store(row0 + 2 * q + 1, feature, d[1]);
-  store(row0 + 2 * q, feature + 8, d[2]);
-  store(row0 + 2 * q + 1, feature + 8, d[3]);
+  at(row0 + 2 * q, feature, d[0]);
+  at(row0 + 2 * q + 1, feature, d[1]);
+  at(row0 + 2 * q, feature + 8, d[2]);
+  at(row0 + 2 * q + 1, feature + 8, d[3]);
+}
+
+// Stores a tile into `out` [*, n] (a split product's partial sums).
+__device__ __forceinline__ void store_tile(float* out, int n, int row0, int row_end, int feature, const float (&d)[4]) {
+  for_tile(n, row0, row_end, feature, d, [&](int row, int f, float v) { out[static_cast<int64_t>(row) * n + f] = v; });
+}
+
+// Stores output (row, f) of the product: into y, or into the part whose features hold f.
+template <KernelFault kFault>
+__device__ __forceinline__ void store_output(const LinearParams& p, int row, int f, float v) {
+  if (p.part_count == 0) {
+    p.y[static_cast<int64_t>(row) * p.n + f] = v;
+    return;
+  }
+  int begin = 0;
+#pragma unroll
+  for (int j = 0; j < kLinearMaxParts; ++j) {
+    if (f < p.part_end[j]) {
+      // The planted control: a later part's first feature is left unwritten.
+      if (kFault == KernelFault::kLinearPartsSkipBoundary && j > 0 && f == begin) return;
+      p.part_y[j][static_cast<int64_t>(row) * (p.part_end[j] - begin) + (f - begin)] = v;
+      return;
+    }
+    begin = p.part_end[j];
+  }
+}
+
+// Stores a tile of the product's outputs.
+template <KernelFault kFault>
+__device__ __forceinline__ void store_output_tile(const LinearParams& p, int row0, int row_end, int feature,
+                                                  const float (&d)[4]) {
+  for_tile(p.n, row0, row_end, feature, d, [&](int row, int f, float v) { store_output<kFault>(p, row, f, v); });
 }
 
 // Ends slice `slice` of a tile: its accumulator `acc` is added to the running sum `sum` (which starts at -0, the
@@ -228,14 +261,15 @@ __device__ void fold_split_tile(const LinearParams& p, int tile_id, int row_begi
   const int64_t slice_stride = static_cast<int64_t>(p.rows) * p.n;
   const int count = (row_end - row_begin) * features;
   for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
-    const int64_t at = static_cast<int64_t>(row_begin + i / features) * p.n + feature0 + i % features;
+    const int row = row_begin + i / features, feature = feature0 + i % features;
+    const int64_t at = static_cast<int64_t>(row) * p.n + feature;
     float sum = -0.0f;
     for (int s = 0; s < folded; ++s) {
       const int slice = kFault == KernelFault::kLinearSplitFoldsReversed ? slices - 1 - s : s;
       // Written by other blocks: read from L2, past this multiprocessor's L1.
       sum = __fadd_rn(sum, __ldcg(p.partials + slice * slice_stride + at));
     }
-    p.y[at] = sum;
+    store_output<kFault>(p, row, feature, sum);
   }
   if (threadIdx.x == 0) p.arrivals[tile_id] = 0;
 }

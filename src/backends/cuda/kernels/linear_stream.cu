@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   }
   if (!warp_active) return;
 #pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt) store_tile(p.y, p.n, rt.begin + nt * 8, rt.end, feature, sum[nt]);
+  for (int nt = 0; nt < S::kNTiles; ++nt) store_output_tile<kFault>(p, rt.begin + nt * 8, rt.end, feature, sum[nt]);
 }
 
 // The shared-memory ring kernel's launch shapes, for plain decode products: stages of 4 chunks of k holding each
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   }
   if (!warp_active) return;
 #pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt) store_tile(p.y, p.n, nt * 8, rows, feature, sum[nt]);
+  for (int nt = 0; nt < S::kNTiles; ++nt) store_output_tile<kFault>(p, nt * 8, rows, feature, sum[nt]);
 }
 
 // ---- Launchers. ----
@@ -382,6 +382,8 @@ void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t 
     launch_stream<S, kVec, KernelFault::kLinearSplitFoldsReversed>(p, stream);
   } else if (fault == KernelFault::kLinearSplitDropsSlice) {
     launch_stream<S, kVec, KernelFault::kLinearSplitDropsSlice>(p, stream);
+  } else if (fault == KernelFault::kLinearPartsSkipBoundary) {
+    launch_stream<S, kVec, KernelFault::kLinearPartsSkipBoundary>(p, stream);
   } else {
     launch_stream<S, kVec, KernelFault::kNone>(p, stream);
   }
