@@ -20,10 +20,14 @@
 
 #include "cli/commands.h"
 #include "cli/device.h"
+#include "cli/parse.h"
 #include "core/error.h"
+#include "engine/step_graphs.h"
 #include "model/qwen3_next.h"
 #include "model/synthetic_weights.h"
 #ifdef PLUMB_HAVE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "backends/cuda/cuda_backend.h"
 #endif
 
@@ -45,32 +49,11 @@ constexpr double kFlaPrefill16kMs = 1.03;
 struct BenchArgs {
   std::string device = "cpu", model, batches = "1,4,16,64", prefill = "4096,16384", kernel_batches = "1,16,64";
   std::string json_path, device_name, commit;
-  bool synthetic = false, skip_kernels = false;
+  bool synthetic = false, skip_kernels = false, no_graphs = false, profile_last_step = false;
   int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, kernel_repeats = 10, copy_mib = 0;
   double tensor_rate_tflops = 0;
   uint64_t seed = kSyntheticSeed;
 };
-
-std::vector<int64_t> parse_sizes(const std::string& text, const char* flag) {
-  std::vector<int64_t> out;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(begin, end - begin);
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PLUMB_CHECK(!item.empty() && used == item.size() && v > 0, "{}: '{}' is not a positive integer", flag, item);
-    out.push_back(v);
-    begin = end + 1;
-  }
-  return out;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -318,6 +301,17 @@ void clone_state(const Qwen3NextModel& model, const SequenceState& from, Sequenc
   to.position = from.position;
 }
 
+// Starts or stops the CUDA profiler's range (cudaProfilerStart/Stop) on a CUDA backend; nothing elsewhere.
+void profiler_range(Backend& be, bool start) {
+#ifdef PLUMB_HAVE_CUDA
+  if (dynamic_cast<CudaBackend*>(&be) != nullptr)
+    cuda_check(start ? cudaProfilerStart() : cudaProfilerStop(), "cudaProfilerStart/Stop");
+#else
+  (void)be;
+  (void)start;
+#endif
+}
+
 void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts& counts, int64_t B) {
   const BenchArgs& a = ctx.args;
   Backend& be = ctx.be;
@@ -337,9 +331,11 @@ void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts&
   }
   std::vector<SequenceInput> batch(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) batch[i].state = &states[i];
+  // Steps replay a recording of the first (a graph of bucket B) unless --no-graphs.
+  StepGraphs graphs(model, {!a.no_graphs, {B}});
   auto step = [&] {
     for (SequenceInput& s : batch) s.ids = {tokens.next()};
-    model.forward(batch, LogitsRows::kLast, GdnAlgorithm::kChunked);
+    graphs.forward(batch);
   };
   for (int64_t i = 0; i < a.warmup; ++i) step();
   // Per step: the wall time, and the host's share of it (until the last launch is queued): a step whose host time
@@ -348,28 +344,34 @@ void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts&
   const int64_t launches_before = be.kernel_launches();
   for (int64_t i = 0; i < a.steps; ++i) {
     be.synchronize();
+    // The last timed step is the one a profiler started with --profile-from-start off sees (ncu, tools/ncu_summary.py).
+    const bool profiled = a.profile_last_step && i + 1 == a.steps;
+    if (profiled) profiler_range(be, true);
     const auto start = Clock::now();
     step();
     host_samples.push_back(seconds_since(start));
     be.synchronize();
     samples.push_back(seconds_since(start));
+    if (profiled) profiler_range(be, false);
   }
   const double s = median(samples), host_s = median(host_samples);
   const double launches = static_cast<double>(be.kernel_launches() - launches_before) / static_cast<double>(a.steps);
+  const bool graphed = graphs.last_replayed();
   // Timed step i reads the KV of context + warmup + i earlier positions and writes one: on average this many.
   const double positions = static_cast<double>(a.context + a.warmup) + static_cast<double>(a.steps - 1) / 2.0 + 1.0;
   const StepBytes bytes = decode_step_bytes(ctx.config, counts, be.kv_dtype(), B, positions);
   const double floor = bytes.total() / ctx.copy_bandwidth;
-  ctx.rows.push_back(
-      {"decode step", fmt::format("B={}, past {}", B, a.context), human_time(s),
-       fmt::format("{:.1f} tok/s, {:.0f} launches, host {}", static_cast<double>(B) / s, launches, human_time(host_s)),
-       human_bytes(bytes.total()), human_time(floor), percent(floor / s)});
+  ctx.rows.push_back({"decode step", fmt::format("B={}, past {}", B, a.context), human_time(s),
+                      fmt::format("{:.1f} tok/s, {:.0f} kernels{}, host {}", static_cast<double>(B) / s, launches,
+                                  graphed ? " in a graph" : "", human_time(host_s)),
+                      human_bytes(bytes.total()), human_time(floor), percent(floor / s)});
   ctx.out["decode"].push_back({{"batch", B},
                                {"past_tokens", a.context},
                                {"mean_kv_positions_read", positions},
                                {"step_s_median", s},
                                {"tokens_per_s", static_cast<double>(B) / s},
                                {"kernel_launches_per_step", launches},
+                               {"graph_replayed", graphed},
                                {"host_issue_s_median", host_s},
                                {"bytes",
                                 {{"dense_weights", bytes.dense},
@@ -731,7 +733,8 @@ void run_bench(const BenchArgs& a) {
       {"prefill_flops",
        "2*T*(layer matrix params excluding routed experts + MoE layers*top_k*3*I*H) + 2*lm_head params + "
        "attention 2*nq*d*T*(T+1) per layer; GDN core excluded"},
-      {"timing", "wall clock between backend.synchronize() calls, median; includes host launch overhead"}};
+      {"timing", "wall clock between backend.synchronize() calls, median; includes host launch overhead"},
+      {"decode_graphs", !a.no_graphs}};
 
   fmt::print("model      {} ({})\n", a.model, synthetic.description);
   if (!synthetic.reduction.empty()) fmt::print("REDUCED    {}\n", synthetic.reduction);
@@ -766,7 +769,8 @@ void run_bench(const BenchArgs& a) {
   fmt::print(
       "decode bytes: every weight but the routed experts, E*(1-(1-k/E)^B) experts per MoE layer, recurrent and "
       "conv state read + written, KV read.\n");
-  fmt::print("times: medians of wall clock between synchronizations, host launch overhead included (no graphs).\n");
+  fmt::print("times: medians of wall clock between synchronizations, host work included; decode steps {}.\n",
+             a.no_graphs ? "eager (--no-graphs)" : "replayed from recorded graphs where the backend records them");
   if (!a.json_path.empty()) {
     std::ofstream f(a.json_path);
     PLUMB_CHECK(f.good(), "cannot write {}", a.json_path);
@@ -794,6 +798,9 @@ void register_bench_commands(CLI::App& app) {
   bench->add_option("--kernel-batches", args->kernel_batches, "batch sizes of the decode kernels");
   bench->add_option("--kernel-repeats", args->kernel_repeats, "timed samples per kernel");
   bench->add_flag("--skip-kernels", args->skip_kernels, "time only the whole model");
+  bench->add_flag("--no-graphs", args->no_graphs, "run decode steps eagerly instead of replaying recorded graphs");
+  bench->add_flag("--profile-last-step", args->profile_last_step,
+                  "open the CUDA profiler's range around each batch's last decode step (ncu --profile-from-start off)");
   bench->add_option("--copy-mib", args->copy_mib, "copy-bandwidth buffer in MiB (default 2048; 64 on the cpu)");
   bench->add_option("--tensor-rate-tflops", args->tensor_rate_tflops, "tensor-core rate for compute floors");
   bench->add_option("--seed", args->seed, "seed of the synthetic weights and token ids");

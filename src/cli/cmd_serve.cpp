@@ -16,6 +16,7 @@
 #include "cli/default_model.h"
 #include "cli/device.h"
 #include "cli/model_choice.h"
+#include "cli/parse.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
@@ -29,7 +30,8 @@ namespace {
 struct ServeArgs {
   ModelChoice model;
   std::string host = "127.0.0.1", device = "cpu", api_key, served_model_name, allowed_origins;
-  bool metrics_need_key = false, check_weights = false;
+  bool metrics_need_key = false, check_weights = false, no_graphs = false;
+  std::string graph_buckets;  // "": powers of two up to --max-batch, and --max-batch
   uint16_t port = 8000;
   int32_t max_batch = 32;
   int64_t max_queue = 256;
@@ -105,6 +107,24 @@ int64_t serve_kv_pages(const ServeArgs& a, const Qwen3NextModel& model, int64_t 
   return a.max_batch * ((context + kKvPageSize - 1) / kKvPageSize);
 }
 
+// The decode batch sizes recorded as graphs: --graph-buckets, else 1, 2, 4, ... up to --max-batch, and --max-batch.
+StepGraphOptions graph_options(const ServeArgs& a) {
+  StepGraphOptions options;
+  options.enabled = !a.no_graphs;
+  options.buckets.clear();
+  if (a.graph_buckets.empty()) {
+    for (int64_t b = 1; b < a.max_batch; b *= 2) options.buckets.push_back(b);
+    options.buckets.push_back(a.max_batch);
+  } else {
+    options.buckets = parse_sizes(a.graph_buckets, "--graph-buckets");
+    std::sort(options.buckets.begin(), options.buckets.end());
+    options.buckets.erase(std::unique(options.buckets.begin(), options.buckets.end()), options.buckets.end());
+    PLUMB_CHECK(options.buckets.back() <= a.max_batch, "--graph-buckets: {} is above --max-batch {}",
+                options.buckets.back(), a.max_batch);
+  }
+  return options;
+}
+
 void run_serve(const ServeArgs& a) {
   // SIGINT and SIGTERM are blocked in every thread (new threads inherit the mask) and taken by one watcher thread,
   // so shutdown runs as ordinary code rather than in a signal handler.
@@ -126,7 +146,7 @@ void run_serve(const ServeArgs& a) {
                                    "plumb serve --synthetic {}: random weights, no tokenizer", a.model.synthetic))
                              : server::ModelText::from_dir(a.model.dir);
   PLUMB_CHECK(a.max_batch >= 1, "--max-batch must be >= 1, got {}", a.max_batch);
-  ModelRunner runner(model, a.max_batch);
+  ModelRunner runner(model, a.max_batch, graph_options(a));
   const int64_t context = runner.max_context();
   SchedulerConfig scheduler;
   scheduler.max_running = a.max_batch;
@@ -195,6 +215,9 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--allowed-origins", args->allowed_origins,
                     "origins a browser app may call from (CORS), comma-separated, e.g. https://app.example");
   serve->add_flag("--check-weights", args->check_weights, kCheckWeightsHelp);
+  serve->add_flag("--no-graphs", args->no_graphs, "run decode steps eagerly instead of replaying recorded graphs");
+  serve->add_option("--graph-buckets", args->graph_buckets,
+                    "decode batch sizes recorded as graphs, comma-separated (default: 1, 2, 4, ... and --max-batch)");
   serve->add_flag("--metrics-need-key", args->metrics_need_key, "/metrics asks for --api-key too");
   serve->add_option("--served-model-name", args->served_model_name, "model id clients use (default: folder name)");
   serve->add_option("--log-format", args->log_format,

@@ -49,4 +49,25 @@ std::string seed_error(const std::string& text) {
   return "'" + text + "' is not a seed: expected an integer from 0 to 18446744073709551615 (2^64 - 1)";
 }
 
+std::vector<int64_t> parse_sizes(const std::string& text, const char* flag) {
+  std::vector<int64_t> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(begin, end - begin);
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PLUMB_CHECK(!item.empty() && used == item.size() && v > 0, "{}: '{}' is not a positive integer", flag, item);
+    out.push_back(v);
+    begin = end + 1;
+  }
+  return out;
+}
+
 }  // namespace plumb::cli

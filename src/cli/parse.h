@@ -11,6 +11,9 @@ namespace plumb::cli {
 // integer in [0, vocab_size).
 std::vector<int32_t> parse_token_ids(const std::string& text, const char* flag, int64_t vocab_size);
 
+// "1,4,16" → {1, 4, 16}: a list of positive integers, for `flag`.
+std::vector<int64_t> parse_sizes(const std::string& text, const char* flag);
+
 // Throws unless every id a model folder's tokenizer gave is inside the model's vocabulary.
 void check_tokenizer_ids(const std::vector<int32_t>& ids, const std::string& model_dir, int64_t vocab_size);
 

@@ -4,8 +4,8 @@
 
 namespace plumb {
 
-ModelRunner::ModelRunner(const Qwen3NextModel& model, int32_t slots)
-    : model_(model), states_(static_cast<size_t>(slots)) {
+ModelRunner::ModelRunner(const Qwen3NextModel& model, int32_t slots, StepGraphOptions graphs)
+    : model_(model), states_(static_cast<size_t>(slots)), graphs_(model, std::move(graphs)) {
   PLUMB_CHECK(slots > 0, "a model runner needs at least one slot, got {}", slots);
 }
 
@@ -45,7 +45,7 @@ std::vector<float> ModelRunner::run(const std::vector<RunnerEntry>& batch) {
     inputs.push_back({&*state, e.tokens});
   }
   if (inputs.empty()) return {};
-  const Tensor logits = model_.forward(inputs, LogitsRows::kLast);  // [entries, V] in the backend's memory
+  const Tensor logits = graphs_.forward(inputs);  // [entries, V] in the backend's memory
   // Copied straight into the vector returned: no host tensor of its own to fill and copy again.
   std::vector<float> out(static_cast<size_t>(logits.numel()));
   Tensor host(DType::kF32, logits.shape(), Device::kCpu, out.data(), nullptr);

@@ -57,6 +57,7 @@ class Qwen3NextModel {
   Backend& backend() const { return backend_; }
   // Records or replays expert choices (see RoutingTrace); nullptr (the default) routes normally.
   void set_routing_trace(RoutingTrace* trace) { routing_ = trace; }
+  bool routing_trace_set() const { return routing_ != nullptr; }
 
   // A fresh sequence: zero states and KV pages for reserve_tokens tokens (more are allocated as it grows).
   SequenceState new_sequence(int64_t reserve_tokens = 0) const;

@@ -13,6 +13,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -139,6 +141,15 @@ inline void check_token_draw(const TokenDraw& d, int64_t row) {
   PLUMB_CHECK(d.top_p > 0.0f && d.top_p <= 1.0f, "sample_tokens: row {} has top_p {}, expected (0, 1]", row, d.top_p);
 }
 
+// A forward pass recorded once and replayed for later batches of the same shape (Backend::record_step): on the GPU, a
+// CUDA graph of every kernel the pass launched.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  // Kernels one replay runs.
+  virtual int64_t kernels() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -150,6 +161,18 @@ class Backend {
   virtual void synchronize() = 0;
   // Kernels launched so far by this backend (0 where nothing is launched): a bench divides it by the steps it ran.
   virtual int64_t kernel_launches() const = 0;
+  // Step graphs. record_step runs `step` (a forward pass) once, recording every kernel it launches and where its
+  // small host tables go, and returns the recording; nullptr where the backend cannot record, in which case `step`
+  // ran as usual. Its tensors live in memory the recording owns: a tensor it made (its logits) is valid until the next
+  // recorded or replayed step. The step must not wait for the device (no download) nor change memory it did not
+  // make in itself (no pool growth). max_kv_pages bounds the KV pages of any sequence of the step: page tables are
+  // laid out at that stride, so their size does not depend on the sequences' lengths.
+  virtual std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) = 0;
+  // Runs `step`'s host work alone (its checks and tables; no kernel), uploads its tables in one copy and replays
+  // `graph`, whose kernels then compute the step. `step` must make the recorded step's calls with the same shapes
+  // and table sizes (the same batch size, one token a sequence as recorded): a difference is an error, before any
+  // kernel of the replay runs.
+  virtual void replay_step(StepGraph& graph, const std::function<void()>& step) = 0;
   // Returns memory that no tensor holds any longer to the device, where the backend caches it for reuse (after the
   // weights are loaded and rearranged, so that what remains free can be measured and reserved).
   virtual void release_cached_memory() = 0;

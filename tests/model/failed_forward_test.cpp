@@ -62,6 +62,10 @@ class FailingBackend final : public Backend {
   void synchronize() override { cpu_.synchronize(); }
   int64_t kernel_launches() const override { return cpu_.kernel_launches(); }
   void release_cached_memory() override { cpu_.release_cached_memory(); }
+  std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override {
+    return cpu_.record_step(max_kv_pages, step);
+  }
+  void replay_step(StepGraph& graph, const std::function<void()>& step) override { cpu_.replay_step(graph, step); }
   Tensor zeros(DType dtype, const Shape& shape) override { return cpu_.zeros(dtype, shape); }
   Tensor empty(DType dtype, const Shape& shape) override { return cpu_.empty(dtype, shape); }
   Tensor upload(const Tensor& host) override { return cpu_.upload(host); }

@@ -114,6 +114,15 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   });
 }
 
+std::unique_ptr<StepGraph> CpuBackend::record_step(int64_t, const std::function<void()>& step) {
+  step();
+  return nullptr;
+}
+
+void CpuBackend::replay_step(StepGraph&, const std::function<void()>&) {
+  PLUMB_FAIL("replay_step: the CPU backend records no step to replay");
+}
+
 void CpuBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) {
   PLUMB_CHECK(ws.size() == ys.size(), "linear_parts: {} weights for {} outputs", ws.size(), ys.size());
   for (size_t j = 0; j < ws.size(); ++j) {

@@ -28,8 +28,12 @@ namespace {
 std::atomic<int64_t> launches_checked{0};
 }  // namespace
 
-void cuda_check_launch(const char* kernel, int kernels) {
+void cuda_count_launches(int64_t kernels) {
   launches_checked.fetch_add(kernels, std::memory_order_relaxed);
+}
+
+void cuda_check_launch(const char* kernel, int kernels) {
+  cuda_count_launches(kernels);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) PLUMB_FAIL("CUDA: launching {} failed: {}", kernel, cudaGetErrorString(status));
 }
@@ -181,7 +185,8 @@ CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
 }
 
 CudaBackend::~CudaBackend() {
-  staging_.reset();  // waits for the stream
+  step_memory_.reset();  // waits for the stream
+  staging_.reset();
   cudaFree(linear_arrivals_);
   cudaFree(moe_id_report_);
   cudaFreeHost(moe_id_report_host_);
@@ -189,6 +194,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::synchronize() {
+  PLUMB_CHECK(!in_step(), "a recorded or replayed step may not wait for the device");
   cuda_check(
       cudaMemcpyAsync(moe_id_report_host_, moe_id_report_, sizeof(cuda::MoeIdReport), cudaMemcpyDeviceToHost, stream_),
       "reading the expert-id report");
@@ -215,12 +221,15 @@ void CudaBackend::release_cached_memory() {
 
 std::shared_ptr<void> CudaBackend::scratch(size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
+  // The arena owns a step's memory: its blocks go back when the next step starts over, not when freed.
+  if (in_step()) return std::shared_ptr<void>(step_arena(bytes), [](void*) {});
   void* p = pool_->allocate(bytes);
   std::shared_ptr<CudaMemoryPool> pool = pool_;
   return std::shared_ptr<void>(p, [pool, bytes](void* q) { pool->release(q, bytes); });
 }
 
 std::shared_ptr<void> CudaBackend::upload_bytes(const void* host, size_t bytes) {
+  if (in_step()) return std::shared_ptr<void>(step_table(host, bytes), [](void*) {});
   std::shared_ptr<void> block = scratch(bytes);
   if (bytes > 0 && !staging_->copy_to_device(block.get(), host, bytes))
     cuda_check(cudaMemcpyAsync(block.get(), host, bytes, cudaMemcpyHostToDevice, stream_), "upload of a host table");
@@ -230,19 +239,22 @@ std::shared_ptr<void> CudaBackend::upload_bytes(const void* host, size_t bytes) 
 Tensor CudaBackend::empty(DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   std::shared_ptr<void> block = scratch(bytes);
-  if (poison_ && bytes > 0) cuda_check(cudaMemsetAsync(block.get(), 0xFF, bytes, stream_), "poisoning new memory");
+  if (poison_ && bytes > 0 && step_mode_ != StepMode::kPlan)
+    cuda_check(cudaMemsetAsync(block.get(), 0xFF, bytes, stream_), "poisoning new memory");
   return Tensor(dtype, shape, Device::kCuda, block.get(), block);
 }
 
 Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
   Tensor t = empty(dtype, shape);
-  if (t.nbytes() > 0) cuda_check(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_), "zeroing new memory");
+  if (t.nbytes() > 0 && step_mode_ != StepMode::kPlan)
+    cuda_check(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_), "zeroing new memory");
   return t;
 }
 
 // F32, BF16 and integers keep their type; F16 and FP8 are widened to F32, which every kernel reads.
 Tensor CudaBackend::upload(const Tensor& host) {
   PLUMB_CHECK(host.device() == Device::kCpu, "upload: the tensor {} is already on the device", shape_str(host.shape()));
+  PLUMB_CHECK(!in_step(), "upload: a recorded or replayed step may not upload a tensor");
   Tensor source = host;
   if (host.dtype() == DType::kF16 || host.dtype() == DType::kF8E4M3) {
     source = Tensor::zeros(DType::kF32, host.shape());
@@ -269,6 +281,10 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   PLUMB_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy: {} {} into {} {}",
               dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(dst.dtype()), shape_str(dst.shape()));
   if (src.nbytes() == 0) return;
+  // A step's copies between device tensors are kernels of its graph; one from or to the host would be a wait.
+  PLUMB_CHECK(!in_step() || (src.device() == Device::kCuda && dst.device() == Device::kCuda),
+              "copy: a recorded or replayed step may copy only between device tensors");
+  if (step_mode_ == StepMode::kPlan) return;
   const cudaMemcpyKind kind = src.device() == Device::kCpu
                                   ? (dst.device() == Device::kCpu ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
                                   : (dst.device() == Device::kCpu ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);

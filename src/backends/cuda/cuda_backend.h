@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,14 @@
 #include "ops/backend.h"
 
 namespace plumb {
+
+// Throws plumb::Error naming `what` and CUDA's message when status is not cudaSuccess.
+void cuda_check(cudaError_t status, const char* what);
+// Checks the launch that just happened (cudaGetLastError), naming the kernel, and counts `kernels` launches (a call
+// may launch several) towards kernel_launches().
+void cuda_check_launch(const char* kernel, int kernels = 1);
+// Counts `kernels` launches that ran without their own check (a replayed graph's) towards kernel_launches().
+void cuda_count_launches(int64_t kernels);
 
 class CudaMemoryPool;
 class PinnedStaging;
@@ -46,6 +55,8 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   int64_t kernel_launches() const override;
   void release_cached_memory() override;
+  std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override;
+  void replay_step(StepGraph& graph, const std::function<void()>& step) override;
 
   Tensor zeros(DType dtype, const Shape& shape) override;
   Tensor empty(DType dtype, const Shape& shape) override;
@@ -102,8 +113,23 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> upload_vector(const std::vector<T>& host) {
     return upload_bytes(host.data(), host.size() * sizeof(T));
   }
-  // Raw device scratch of `bytes` bytes, uninitialized, from the same pool as tensors.
+  // Raw device scratch of `bytes` bytes, uninitialized, from the same pool as tensors (from the step arena while a
+  // step is recorded or replayed).
   std::shared_ptr<void> scratch(size_t bytes);
+  // Runs launch() (the kernel glue's call into kernels/, `kernels` launches) and checks it, naming `kernel`; while a
+  // replayed step's host work runs, launches nothing: the step's graph holds the kernels.
+  template <class Launch>
+  void enqueue(const char* kernel, Launch&& launch, int kernels = 1) {
+    if (step_mode_ == StepMode::kPlan) return;
+    launch();
+    cuda_check_launch(kernel, kernels);
+  }
+  // The page-table stride of a recorded or replayed step (Backend::record_step's max_kv_pages), else 0: attention
+  // then lays each sequence's page table out at this stride.
+  int64_t step_kv_pages() const { return step_mode_ == StepMode::kEager ? 0 : step_kv_pages_; }
+  // Whether a recorded or replayed step is running: device work outside kernels (copies, fills) is recorded with it
+  // or, while replaying, left to the graph.
+  bool in_step() const { return step_mode_ != StepMode::kEager; }
   // Where kernels report bad input that only the device sees (expert ids out of range); synchronize() reads it and
   // throws plumb::Error naming the input, so a bad id fails the call that waits for it, never silently.
   cuda::MoeIdReport* moe_id_report() const { return moe_id_report_; }
@@ -120,6 +146,38 @@ class CudaBackend final : public Backend {
   void launch_product(const Tensor& x, const void* w, bool w_bf16, int64_t n, cuda::LinearParams& params,
                       const char* op);
 
+  enum class StepMode { kEager, kRecord, kPlan };
+  class StepMemory;
+  // Puts the backend in `mode` for one step: the arena and tables start over, and a recorded step's layout (every
+  // arena block and table, in order) is written to or checked against `layout`.
+  void begin_step(StepMode mode, int64_t max_kv_pages, std::vector<int64_t>* layout);
+  // Ends the step's mode and queues its tables' one upload.
+  void end_step();
+  // While a step is recorded or replayed: a device block of its arena, the device address a table of `bytes` host
+  // bytes will have after the step's upload, and the step's serial number (0 outside steps).
+  void* step_arena(size_t bytes);
+  void* step_table(const void* host, size_t bytes);
+
+ public:
+  uint64_t step_serial() const;
+
+ private:
+  // Uploads attention's page tables, or hands back the last upload where it holds the same ids (see the .cpp).
+  const int32_t* upload_page_tables(const std::vector<int32_t>& page_tables);
+  struct PageTablesUpload {
+    std::vector<int32_t> ids;
+    std::shared_ptr<void> device;
+    uint64_t step = 0;
+  };
+  PageTablesUpload last_page_tables_;
+
+  StepMode step_mode_ = StepMode::kEager;
+  int64_t step_kv_pages_ = 0;
+  // Defined with StepMemory in cuda_backend_step.cpp.
+  struct StepMemoryDeleter {
+    void operator()(StepMemory* memory) const;
+  };
+  std::unique_ptr<StepMemory, StepMemoryDeleter> step_memory_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaDeviceProp properties_{};
@@ -132,11 +190,5 @@ class CudaBackend final : public Backend {
   cuda::MoeIdReport* moe_id_report_host_ = nullptr;  // [1] pinned: the copy synchronize() reads
   int32_t* linear_arrivals_ = nullptr;               // [kLinearArrivals] device, zeros between launches
 };
-
-// Throws plumb::Error naming `what` and CUDA's message when status is not cudaSuccess.
-void cuda_check(cudaError_t status, const char* what);
-// Checks the launch that just happened (cudaGetLastError), naming the kernel, and counts `kernels` launches (a call
-// may launch several) towards kernel_launches().
-void cuda_check_launch(const char* kernel, int kernels = 1);
 
 }  // namespace plumb

@@ -69,8 +69,19 @@ void CudaBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positi
   params.heads = static_cast<int>(heads);
   params.head_dim = static_cast<int>(d);
   params.rotary_dim = static_cast<int>(rotary_dim);
-  cuda::launch_rotary_embedding(params, fault(), stream());
-  cuda_check_launch("rotary_embedding_kernel");
+  enqueue("rotary_embedding_kernel", [&] { cuda::launch_rotary_embedding(params, fault(), stream()); });
+}
+
+const int32_t* CudaBackend::upload_page_tables(const std::vector<int32_t>& page_tables) {
+  // The last upload serves again while it holds the same ids: in eager calls its device copy is never rewritten, and
+  // within one recorded or replayed step every attention layer asks for the same tables, in both alike.
+  PageTablesUpload& last = last_page_tables_;
+  if (!last.device || last.step != step_serial() || last.ids != page_tables) {
+    last.device = upload_vector(page_tables);
+    last.ids = page_tables;
+    last.step = step_serial();
+  }
+  return static_cast<const int32_t*>(last.device.get());
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
@@ -93,6 +104,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   PLUMB_CHECK(T <= kInt32Max && nq <= kInt32Max, "attention: q {} too large", shape_str(q.shape()));
   expect_batch(batch, T, caches.size(), "attention");
   const int64_t group = nq / nkv;
+  const int64_t page_stride = step_kv_pages();
 
   // Per sequence: its pools, rows and page table (the pages its positions need, appended to page_tables); per row:
   // its owner; per CTA: a tile of kAttentionTileRows (token, head) rows.
@@ -111,9 +123,14 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     expect_aligned(cache.v, "attention", "v pool");
     check_kv_cache(cache, nkv, d, rows.past + rows.count, i, "attention");
     PLUMB_CHECK(rows.count * group <= kInt32Max, "attention: sequence {} has too many rows ({})", i, rows.count);
+    // A recorded step lays the page tables out at its stride, so their size does not depend on the lengths.
     const auto first_page = static_cast<int64_t>(page_tables.size());
     const int64_t pages = (rows.past + rows.count + kKvPageSize - 1) / kKvPageSize;
+    PLUMB_CHECK(page_stride == 0 || pages <= page_stride,
+                "attention: sequence {} needs {} KV pages, past the recorded step's {} a sequence", i, pages,
+                page_stride);
     page_tables.insert(page_tables.end(), cache.pages.begin(), cache.pages.begin() + pages);
+    if (page_stride > 0) page_tables.resize(static_cast<size_t>(first_page + page_stride), 0);
     sequences[i] = {
         cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), first_page, rows.begin, rows.count, rows.past};
     for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) row_sequence[r] = static_cast<int32_t>(i);
@@ -134,20 +151,19 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   std::vector<cuda::AttentionTile> ordered_tiles(tiles.size());
   for (size_t i = 0; i < order.size(); ++i) ordered_tiles[i] = tiles[order[i]];
 
-  // One upload: sequences, tiles, row owners, page tables, each section 16-byte aligned.
+  // Two uploads: sequences, tiles and row owners (each section 16-byte aligned), which hold the layer's pools; and
+  // the page tables, the same in every attention layer of a forward pass, which go once.
   const size_t sequences_bytes = round_up_16(sequences.size() * sizeof(cuda::AttentionSequence));
   const size_t tiles_bytes = round_up_16(ordered_tiles.size() * sizeof(cuda::AttentionTile));
-  const size_t rows_bytes = round_up_16(row_sequence.size() * sizeof(int32_t));
-  const size_t rows_offset = sequences_bytes + tiles_bytes, pages_offset = rows_offset + rows_bytes;
-  std::vector<std::byte> table(pages_offset + page_tables.size() * sizeof(int32_t));
+  const size_t rows_offset = sequences_bytes + tiles_bytes;
+  std::vector<std::byte> table(rows_offset + row_sequence.size() * sizeof(int32_t));
   std::memcpy(table.data(), sequences.data(), sequences.size() * sizeof(cuda::AttentionSequence));
   std::memcpy(table.data() + sequences_bytes, ordered_tiles.data(), ordered_tiles.size() * sizeof(cuda::AttentionTile));
   std::memcpy(table.data() + rows_offset, row_sequence.data(), row_sequence.size() * sizeof(int32_t));
-  std::memcpy(table.data() + pages_offset, page_tables.data(), page_tables.size() * sizeof(int32_t));
   const std::shared_ptr<void> device_table = upload_vector(table);
   const auto* base = static_cast<const std::byte*>(device_table.get());
   const auto* device_sequences = reinterpret_cast<const cuda::AttentionSequence*>(base);
-  const auto* device_pages = reinterpret_cast<const int32_t*>(base + pages_offset);
+  const auto* device_pages = upload_page_tables(page_tables);
 
   // The new keys and values go into their pages first; attention then reads every key through the page tables.
   cuda::KvCacheWriteParams write{};
@@ -159,8 +175,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   write.tokens = T;
   write.kv_heads = static_cast<int>(nkv);
   write.head_dim = static_cast<int>(d);
-  cuda::launch_kv_cache_write(write, fault_, stream());
-  cuda_check_launch("kv_cache_write_kernel");
+  enqueue("kv_cache_write_kernel", [&] { cuda::launch_kv_cache_write(write, fault_, stream()); });
 
   cuda::AttentionParams params{};
   params.q = q.f32();
@@ -173,8 +188,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   params.kv_heads = static_cast<int>(nkv);
   params.head_dim = static_cast<int>(d);
   params.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
-  cuda::launch_attention(params, fault(), stream());
-  cuda_check_launch("attention_kernel");
+  enqueue("attention_kernel", [&] { cuda::launch_attention(params, fault(), stream()); });
 }
 
 }  // namespace plumb

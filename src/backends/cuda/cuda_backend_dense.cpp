@@ -47,6 +47,18 @@ int64_t norm_rows(const Tensor& x, const Tensor& w, const Tensor& y, const char*
   return rows;
 }
 
+// The params every norm shares: rows of w.numel() of x, normalized into y.
+cuda::RmsNormParams norm_params(const Tensor& x, const Tensor& w, const Tensor& y, int64_t rows, float eps) {
+  cuda::RmsNormParams params;
+  params.x = x.f32();
+  params.w = w.f32();
+  params.y = y.f32();
+  params.rows = rows;
+  params.dim = w.numel();
+  params.eps = eps;
+  return params;
+}
+
 }  // namespace
 
 void CudaBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
@@ -62,8 +74,7 @@ void CudaBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   params.lo = lo;
   params.range = hi - lo;
   params.max_blocks = grid_cap(properties());
-  cuda::launch_random_uniform(params, fault(), stream());
-  cuda_check_launch("random_uniform_kernel");
+  enqueue("random_uniform_kernel", [&] { cuda::launch_random_uniform(params, fault(), stream()); });
 }
 
 void CudaBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) {
@@ -87,23 +98,15 @@ void CudaBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids
   params.tokens = T;
   params.hidden = hidden;
   params.vocab = vocab;
-  cuda::launch_embedding(params, fault(), stream());
-  cuda_check_launch("embedding_kernel");
+  enqueue("embedding_kernel", [&] { cuda::launch_embedding(params, fault(), stream()); });
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) {
   const int64_t rows = norm_rows(x, w, y, "rms_norm");
   if (rows == 0) return;
-  cuda::RmsNormParams params;
-  params.x = x.f32();
-  params.w = w.f32();
-  params.y = y.f32();
-  params.rows = rows;
-  params.dim = w.numel();
-  params.eps = eps;
+  cuda::RmsNormParams params = norm_params(x, w, y, rows, eps);
   params.weight_offset = kind == NormWeight::kZeroCentred ? 1.0f : 0.0f;
-  cuda::launch_rms_norm(params, fault(), stream());
-  cuda_check_launch("rms_norm_kernel");
+  enqueue("rms_norm_kernel", [&] { cuda::launch_rms_norm(params, fault(), stream()); });
 }
 
 void CudaBackend::add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) {
@@ -112,18 +115,11 @@ void CudaBackend::add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, floa
   expect_same_numel(x, r, "add_rms_norm", "x", "r");
   PLUMB_CHECK(y.data() != x.data() && y.data() != r.data(), "add_rms_norm: y must not alias x or r");
   if (rows == 0) return;
-  cuda::RmsNormParams params;
-  params.x = x.f32();
+  cuda::RmsNormParams params = norm_params(x, w, y, rows, eps);
   params.residual = r.f32();
   params.sum = x.f32();
-  params.w = w.f32();
-  params.y = y.f32();
-  params.rows = rows;
-  params.dim = w.numel();
-  params.eps = eps;
   params.weight_offset = kind == NormWeight::kZeroCentred ? 1.0f : 0.0f;
-  cuda::launch_rms_norm(params, fault(), stream());
-  cuda_check_launch("rms_norm_kernel (residual step)");
+  enqueue("rms_norm_kernel (residual step)", [&] { cuda::launch_rms_norm(params, fault(), stream()); });
 }
 
 void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) {
@@ -131,16 +127,9 @@ void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor&
   expect_gpu(z, DType::kF32, "gated_rms_norm", "z");
   expect_same_numel(x, z, "gated_rms_norm", "x", "z");
   if (rows == 0) return;
-  cuda::RmsNormParams params;
-  params.x = x.f32();
+  cuda::RmsNormParams params = norm_params(x, w, y, rows, eps);
   params.z = z.f32();
-  params.w = w.f32();
-  params.y = y.f32();
-  params.rows = rows;
-  params.dim = w.numel();
-  params.eps = eps;
-  cuda::launch_gated_rms_norm(params, fault(), stream());
-  cuda_check_launch("rms_norm_kernel (gated)");
+  enqueue("rms_norm_kernel (gated)", [&] { cuda::launch_gated_rms_norm(params, fault(), stream()); });
 }
 
 void CudaBackend::slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) {
@@ -162,8 +151,7 @@ void CudaBackend::slice_columns(const Tensor& src, int64_t begin, int64_t end, T
   params.cols = cols;
   params.begin = begin;
   params.width = width;
-  cuda::launch_slice_columns(params, fault(), stream());
-  cuda_check_launch("slice_columns_kernel");
+  enqueue("slice_columns_kernel", [&] { cuda::launch_slice_columns(params, fault(), stream()); });
 }
 
 void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
@@ -177,8 +165,7 @@ void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
   params.b = gate.f32();
   params.count = x.numel();
   params.max_blocks = grid_cap(properties());
-  cuda::launch_mul_sigmoid(params, fault(), stream());
-  cuda_check_launch("elementwise_kernel (mul_sigmoid)");
+  enqueue("elementwise_kernel (mul_sigmoid)", [&] { cuda::launch_mul_sigmoid(params, fault(), stream()); });
 }
 
 void CudaBackend::mul_sigmoid_rows(Tensor& x, const Tensor& gate) {
@@ -194,8 +181,7 @@ void CudaBackend::mul_sigmoid_rows(Tensor& x, const Tensor& gate) {
   params.rows = rows;
   params.dim = x.numel() / rows;
   if (params.dim == 0) return;
-  cuda::launch_mul_sigmoid_rows(params, fault(), stream());
-  cuda_check_launch("mul_sigmoid_rows_kernel");
+  enqueue("mul_sigmoid_rows_kernel", [&] { cuda::launch_mul_sigmoid_rows(params, fault(), stream()); });
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -211,8 +197,7 @@ void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   params.b = up.f32();
   params.count = out.numel();
   params.max_blocks = grid_cap(properties());
-  cuda::launch_silu_mul(params, fault(), stream());
-  cuda_check_launch("elementwise_kernel (silu_mul)");
+  enqueue("elementwise_kernel (silu_mul)", [&] { cuda::launch_silu_mul(params, fault(), stream()); });
 }
 
 void CudaBackend::add(Tensor& x, const Tensor& y) {
@@ -226,8 +211,7 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   params.b = y.f32();
   params.count = x.numel();
   params.max_blocks = grid_cap(properties());
-  cuda::launch_add(params, fault(), stream());
-  cuda_check_launch("elementwise_kernel (add)");
+  enqueue("elementwise_kernel (add)", [&] { cuda::launch_add(params, fault(), stream()); });
 }
 
 void CudaBackend::moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
@@ -252,8 +236,7 @@ void CudaBackend::moe_route(const Tensor& logits, int64_t top_k, bool renormaliz
   params.experts = static_cast<int32_t>(E);
   params.top_k = static_cast<int32_t>(top_k);
   params.renormalize = renormalize;
-  cuda::launch_moe_route(params, fault(), stream());
-  cuda_check_launch("moe_route_kernel");
+  enqueue("moe_route_kernel", [&] { cuda::launch_moe_route(params, fault(), stream()); });
 }
 
 void CudaBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) {
@@ -287,8 +270,7 @@ void CudaBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDra
   params.ids = ids.data_as<int32_t>();
   params.rows = rows;
   params.vocab = vocab;
-  cuda::launch_sample_tokens(params, fault(), stream());
-  cuda_check_launch("sample_tokens_kernel");
+  enqueue("sample_tokens_kernel", [&] { cuda::launch_sample_tokens(params, fault(), stream()); });
 }
 
 }  // namespace plumb

@@ -66,8 +66,7 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
   params.tile_count = static_cast<int64_t>(tiles.size());
   params.channels = static_cast<int>(C);
   params.width = static_cast<int>(K);
-  cuda::launch_causal_conv1d_silu(params, fault_, stream_);
-  cuda_check_launch("causal_conv1d_silu_kernel");
+  enqueue("causal_conv1d_silu_kernel", [&] { cuda::launch_causal_conv1d_silu(params, fault_, stream_); });
 }
 
 void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
@@ -145,13 +144,13 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   params.qkv_stride = qkv.dim(1);
   params.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));  // as the CPU reference computes it
   params.state_vec4 = state_vec4;
-  // The recurrent kernel takes its sequences in its launch parameters: a decode step uploads no table.
   const auto launch_recurrent = [&](const std::vector<cuda::GdnSequence>& sequences) {
     if (sequences.empty()) return;
-    const int count = static_cast<int>(sequences.size());
-    cuda::launch_gdn_recurrent(params, sequences.data(), count, fault_, stream_);
-    cuda_check_launch("gdn_recurrent_kernel",
-                      (count + cuda::kGdnRecurrentBatchSequences - 1) / cuda::kGdnRecurrentBatchSequences);
+    const std::shared_ptr<void> table = upload_vector(sequences);
+    enqueue("gdn_recurrent_kernel", [&] {
+      cuda::launch_gdn_recurrent(params, static_cast<const cuda::GdnSequence*>(table.get()),
+                                 static_cast<int>(sequences.size()), fault_, stream_);
+    });
   };
   launch_recurrent(recurrent_first);
   if (!chunked.empty()) {
@@ -173,8 +172,9 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
       plan.runs = static_cast<const cuda::GdnChunkRun*>(run_table.get());
       plan.run_count = static_cast<int32_t>(runs.size());
       plan.records = static_cast<float*>(records.get());
-      cuda::launch_gdn_chunked(params, plan, fault_, stream_);
-      cuda_check_launch("gdn_chunk_prepare_kernel / gdn_chunk_state_kernel", 2);
+      enqueue(
+          "gdn_chunk_prepare_kernel / gdn_chunk_state_kernel",
+          [&] { cuda::launch_gdn_chunked(params, plan, fault_, stream_); }, 2);
       chunks.clear();
       runs.clear();
     };

@@ -160,12 +160,12 @@ void CudaBackend::launch_product(const Tensor& x, const void* w, bool w_bf16, in
   std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(params.shape) && k > 0) {
     x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
-    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), rows * k, fault_, stream_);
-    cuda_check_launch("linear_to_bf16");
+    enqueue("linear_to_bf16", [&] {
+      cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), rows * k, fault_, stream_);
+    });
     params.x = x_bf16.get();
   }
-  cuda::launch_linear(params, fault_, stream_);
-  cuda_check_launch(op);
+  enqueue(op, [&] { cuda::launch_linear(params, fault_, stream_); });
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
@@ -236,8 +236,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   group.pair_row = ints + pairs;
   group.tiles = ints + 2 * pairs;
   group.num_tiles = ints + 2 * pairs + 3 * max_tiles;
-  cuda::launch_moe_group(group, fault_, stream_);
-  cuda_check_launch("moe_group");
+  enqueue("moe_group", [&] { cuda::launch_moe_group(group, fault_, stream_); });
 
   // gate_up product over each expert's rows, gathering x by token: [pairs, 2I] by sorted row.
   cuda::LinearParams gate_up;
@@ -246,8 +245,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   std::shared_ptr<void> x_bf16;  // [tokens, hidden] BF16, when the shape stages activations so
   if (cuda::linear_stages_bf16(gate_up_shape) && hidden > 0) {
     x_bf16 = scratch(static_cast<size_t>(tokens * hidden) * sizeof(uint16_t));
-    cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), tokens * hidden, fault_, stream_);
-    cuda_check_launch("linear_to_bf16");
+    enqueue("linear_to_bf16", [&] {
+      cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), tokens * hidden, fault_, stream_);
+    });
     gate_up.x = x_bf16.get();
   }
   auto gate_up_out = scratch(static_cast<size_t>(pairs * 2 * inter) * sizeof(float));  // [pairs, 2I]
@@ -263,8 +263,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   gate_up.num_tiles = group.num_tiles;
   gate_up.max_tiles = static_cast<int32_t>(max_tiles);
   const std::shared_ptr<void> gate_up_partials = plan_linear(gate_up, "moe_experts (gate_up)");
-  cuda::launch_linear(gate_up, fault_, stream_);
-  cuda_check_launch("linear (moe gate_up)");
+  enqueue("linear (moe gate_up)", [&] { cuda::launch_linear(gate_up, fault_, stream_); });
 
   // SiLU(gate) ⊙ up: [pairs, I], in the form the down product stages.
   const bool act_bf16 = cuda::linear_stages_bf16(down_shape);
@@ -275,8 +274,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   silu.act_bf16 = act_bf16;
   silu.rows = static_cast<int32_t>(pairs);
   silu.inter = static_cast<int32_t>(inter);
-  cuda::launch_moe_silu_mul(silu, fault_, stream_);
-  cuda_check_launch("moe_silu_mul");
+  enqueue("moe_silu_mul", [&] { cuda::launch_moe_silu_mul(silu, fault_, stream_); });
 
   // down product over the same tiles: [pairs, H] by sorted row.
   auto down_out = scratch(static_cast<size_t>(pairs * hidden) * sizeof(float));
@@ -293,8 +291,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   down.partials = nullptr;
   down.arrivals = nullptr;
   const std::shared_ptr<void> down_partials = plan_linear(down, "moe_experts (down)");
-  cuda::launch_linear(down, fault_, stream_);
-  cuda_check_launch("linear (moe down)");
+  enqueue("linear (moe down)", [&] { cuda::launch_linear(down, fault_, stream_); });
 
   cuda::MoeCombineParams combine;
   combine.down = down.y;
@@ -304,8 +301,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   combine.tokens = static_cast<int32_t>(tokens);
   combine.hidden = static_cast<int32_t>(hidden);
   combine.top_k = static_cast<int32_t>(top_k);
-  cuda::launch_moe_combine(combine, fault_, stream_);
-  cuda_check_launch("moe_combine");
+  enqueue("moe_combine", [&] { cuda::launch_moe_combine(combine, fault_, stream_); });
 }
 
 }  // namespace plumb

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -25,6 +26,7 @@ namespace {
 // rotation rounds as the CPU's does; only cosf/sinf may differ from the host's libm, by an ulp or two.
 template <KernelFault kFault>
 __global__ void rotary_embedding_kernel(const RotaryParams p) {
+  wait_for_prior_grid();
   const int64_t token = blockIdx.x;
   const int half = p.rotary_dim / 2;
   const float position = static_cast<float>(p.positions[token]);
@@ -123,6 +125,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // writes into pool page position / 64 itself rather than the sequence's page of that index.
 template <KernelFault kFault>
 __global__ void kv_cache_write_kernel(const KvCacheWriteParams p) {
+  wait_for_prior_grid();
   const int64_t row = blockIdx.x;
   const int32_t sequence = p.row_sequence[row];
   if (sequence < 0) return;
@@ -186,6 +189,7 @@ struct SoftmaxRow {
 // Row sums run per 8-key column tile (2 lanes' pairs, then the quad butterfly) and then across the 8 tiles in order.
 template <int kDimPad, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p) {
+  wait_for_prior_grid();
   using Layout = TileLayout<kDimPad>;
   constexpr int kStride = Layout::kStride;
   constexpr int kChunksPerRow = Layout::kChunksPerRow;
@@ -369,7 +373,7 @@ void launch_attention_padded(const AttentionParams& params, cudaStream_t stream)
       attention_kernel<kDimPad, kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(params.tile_count), static_cast<unsigned>(params.kv_heads));
-  attention_kernel<kDimPad, kFault><<<grid, kThreads, kBytes, stream>>>(params);
+  launch_kernel(attention_kernel<kDimPad, kFault>, grid, kThreads, kBytes, stream, params);
 }
 
 // Calls fn with the head dim padded to the next supported multiple of 16 (zeros in the padding add nothing to Q·Kᵀ),
@@ -397,17 +401,17 @@ void launch_rotary_embedding(const RotaryParams& params, KernelFault fault, cuda
   const int threads = std::min(128, (half + 31) / 32 * 32);
   const dim3 grid(static_cast<unsigned>(params.tokens));
   if (fault == KernelFault::kRotaryWrongPairing)
-    rotary_embedding_kernel<KernelFault::kRotaryWrongPairing><<<grid, threads, 0, stream>>>(params);
+    launch_kernel(rotary_embedding_kernel<KernelFault::kRotaryWrongPairing>, grid, threads, 0, stream, params);
   else
-    rotary_embedding_kernel<KernelFault::kNone><<<grid, threads, 0, stream>>>(params);
+    launch_kernel(rotary_embedding_kernel<KernelFault::kNone>, grid, threads, 0, stream, params);
 }
 
 void launch_kv_cache_write(const KvCacheWriteParams& params, KernelFault fault, cudaStream_t stream) {
   const auto grid = static_cast<unsigned>(params.tokens);
   if (fault == KernelFault::kKvWriteIgnoresPageTable)
-    kv_cache_write_kernel<KernelFault::kKvWriteIgnoresPageTable><<<grid, 64, 0, stream>>>(params);
+    launch_kernel(kv_cache_write_kernel<KernelFault::kKvWriteIgnoresPageTable>, grid, 64, 0, stream, params);
   else
-    kv_cache_write_kernel<KernelFault::kNone><<<grid, 64, 0, stream>>>(params);
+    launch_kernel(kv_cache_write_kernel<KernelFault::kNone>, grid, 64, 0, stream, params);
 }
 
 size_t attention_smem_bytes(int head_dim) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/dense.h"
+#include "backends/cuda/kernels/launch.cuh"
 #include "core/counter_rng.h"
 
 namespace plumb::cuda {
@@ -75,6 +76,7 @@ __device__ __forceinline__ void store_vec(float* dst, const float (&v)[kVec]) {
 // Block t copies row ids[t] of the table into out[t], widening BF16 exactly.
 template <typename Element, int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) embedding_kernel(EmbeddingParams p) {
+  wait_for_prior_grid();
   const int64_t t = blockIdx.x;
   int64_t id = p.ids[t];
   if constexpr (kFault == KernelFault::kEmbeddingRowOffByOne) id = (id + 1) % p.vocab;
@@ -92,14 +94,14 @@ void launch_embedding_as(const EmbeddingParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.tokens));
   if (p.table_bf16) {
     if (p.hidden % 8 == 0 && aligned16(p.table) && aligned16(p.out))
-      embedding_kernel<__nv_bfloat16, 8, kFault><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel(embedding_kernel<__nv_bfloat16, 8, kFault>, grid, kThreads, 0, stream, p);
     else
-      embedding_kernel<__nv_bfloat16, 1, kFault><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel(embedding_kernel<__nv_bfloat16, 1, kFault>, grid, kThreads, 0, stream, p);
   } else {
     if (p.hidden % 4 == 0 && aligned16(p.table) && aligned16(p.out))
-      embedding_kernel<float, 4, kFault><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel(embedding_kernel<float, 4, kFault>, grid, kThreads, 0, stream, p);
     else
-      embedding_kernel<float, 1, kFault><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel(embedding_kernel<float, 1, kFault>, grid, kThreads, 0, stream, p);
   }
 }
 
@@ -141,6 +143,7 @@ constexpr int64_t kNormBlockRowMinDim = 1024;
 // order, each rounded to nearest. y may be x itself: every element is read and then written by the same thread.
 template <int kRowThreads, bool kGated, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
+  wait_for_prior_grid();
   constexpr int kRowsPerBlock = kThreads / kRowThreads;
   constexpr int kRowWarps = kRowThreads / 32;
   __shared__ float warp_sums[kRowsPerBlock][kRowWarps];
@@ -224,9 +227,9 @@ void launch_rms_norm_rows(const RmsNormParams& p, cudaStream_t stream) {
                    (!kGated || aligned16(p.z)) &&
                    (p.residual == nullptr || (aligned16(p.residual) && aligned16(p.sum)));
   if (vec)
-    rms_norm_kernel<kRowThreads, kGated, true, kFault><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(rms_norm_kernel<kRowThreads, kGated, true, kFault>, grid, kThreads, 0, stream, p);
   else
-    rms_norm_kernel<kRowThreads, kGated, false, kFault><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(rms_norm_kernel<kRowThreads, kGated, false, kFault>, grid, kThreads, 0, stream, p);
 }
 
 template <bool kGated, KernelFault kFault>
@@ -242,6 +245,7 @@ void launch_rms_norm_as(const RmsNormParams& p, cudaStream_t stream) {
 // Block r copies columns [begin, begin + width) of row r.
 template <int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) slice_columns_kernel(SliceColumnsParams p) {
+  wait_for_prior_grid();
   const int64_t r = blockIdx.x;
   const int64_t begin = kFault == KernelFault::kSliceColumnsOneLate ? p.begin + 1 : p.begin;
   const float* src = p.src + r * p.cols + begin;  // [width]
@@ -258,9 +262,9 @@ void launch_slice_columns_as(const SliceColumnsParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   const bool vec = p.cols % 4 == 0 && p.begin % 4 == 0 && p.width % 4 == 0 && aligned16(p.src) && aligned16(p.dst);
   if (vec)
-    slice_columns_kernel<4, kFault><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(slice_columns_kernel<4, kFault>, grid, kThreads, 0, stream, p);
   else
-    slice_columns_kernel<1, kFault><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(slice_columns_kernel<1, kFault>, grid, kThreads, 0, stream, p);
 }
 
 enum class Binary { kMulSigmoid, kSiluMul, kAdd };
@@ -277,6 +281,7 @@ __device__ __forceinline__ float apply(float a, float b) {
 // element is read and written by one thread, so out may be a or b.
 template <Binary kOp, int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseParams p) {
+  wait_for_prior_grid();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t vectors = p.count / kVec;
@@ -295,14 +300,15 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(ElementwiseParams
 template <Binary kOp, KernelFault kFault>
 void launch_elementwise(const ElementwiseParams& p, cudaStream_t stream) {
   if (aligned16(p.out) && aligned16(p.a) && aligned16(p.b))
-    elementwise_kernel<kOp, 4, kFault><<<grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream>>>(p);
+    launch_kernel(elementwise_kernel<kOp, 4, kFault>, grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream, p);
   else
-    elementwise_kernel<kOp, 1, kFault><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
+    launch_kernel(elementwise_kernel<kOp, 1, kFault>, grid_for(p.count, p.max_blocks), kThreads, 0, stream, p);
 }
 
 // Block r scales row r by sigmoid(gate[r]).
 template <int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) mul_sigmoid_rows_kernel(MulSigmoidRowsParams p) {
+  wait_for_prior_grid();
   const int64_t r = blockIdx.x;
   const float s = sigmoid(kFault == KernelFault::kMulSigmoidRowsGateSign ? -p.gate[r] : p.gate[r]);
   float* x = p.x + r * p.dim;  // [dim]
@@ -319,9 +325,9 @@ template <KernelFault kFault>
 void launch_mul_sigmoid_rows_as(const MulSigmoidRowsParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (p.dim % 4 == 0 && aligned16(p.x))
-    mul_sigmoid_rows_kernel<4, kFault><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(mul_sigmoid_rows_kernel<4, kFault>, grid, kThreads, 0, stream, p);
   else
-    mul_sigmoid_rows_kernel<1, kFault><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel(mul_sigmoid_rows_kernel<1, kFault>, grid, kThreads, 0, stream, p);
 }
 
 // ---- random fill -----------------------------------------------------------------------------------------------
@@ -336,6 +342,7 @@ __device__ __forceinline__ float uniform_value(const RandomUniformParams& p, int
 // counter hash (about 40 integer instructions per element) rather than memory bounds the speed.
 template <bool kBf16, int kWidth, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) random_uniform_kernel(RandomUniformParams p) {
+  wait_for_prior_grid();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t vectors = p.count / kWidth;
@@ -369,13 +376,13 @@ template <KernelFault kFault>
 void launch_random_uniform_as(const RandomUniformParams& p, cudaStream_t stream) {
   const bool vec = aligned16(p.data);
   if (p.bf16 && vec)
-    random_uniform_kernel<true, 8, kFault><<<grid_for(p.count / 8, p.max_blocks), kThreads, 0, stream>>>(p);
+    launch_kernel(random_uniform_kernel<true, 8, kFault>, grid_for(p.count / 8, p.max_blocks), kThreads, 0, stream, p);
   else if (p.bf16)
-    random_uniform_kernel<true, 1, kFault><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
+    launch_kernel(random_uniform_kernel<true, 1, kFault>, grid_for(p.count, p.max_blocks), kThreads, 0, stream, p);
   else if (vec)
-    random_uniform_kernel<false, 4, kFault><<<grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream>>>(p);
+    launch_kernel(random_uniform_kernel<false, 4, kFault>, grid_for(p.count / 4, p.max_blocks), kThreads, 0, stream, p);
   else
-    random_uniform_kernel<false, 1, kFault><<<grid_for(p.count, p.max_blocks), kThreads, 0, stream>>>(p);
+    launch_kernel(random_uniform_kernel<false, 1, kFault>, grid_for(p.count, p.max_blocks), kThreads, 0, stream, p);
 }
 
 }  // namespace

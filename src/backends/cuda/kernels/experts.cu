@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/experts.h"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -57,6 +58,7 @@ __device__ void block_inclusive_scan2(int& a, int& b, int (*totals)[kGroupWarps]
 
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
+  wait_for_prior_grid();
   extern __shared__ int32_t counts[];  // [kGroupWarps, experts]: a warp's pairs per expert, then its next row
   __shared__ int scan_totals[2][kGroupWarps];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
@@ -139,6 +141,7 @@ constexpr int kElementwiseThreads = 256;
 
 template <bool kBf16, KernelFault kFault>
 __global__ void __launch_bounds__(kElementwiseThreads) moe_silu_mul_kernel(const MoeSiluMulParams p) {
+  wait_for_prior_grid();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kElementwiseThreads + threadIdx.x;
   if (i >= static_cast<int64_t>(p.rows) * p.inter) return;
   const int64_t row = i / p.inter, c = i % p.inter;
@@ -159,6 +162,7 @@ __global__ void __launch_bounds__(kElementwiseThreads) moe_silu_mul_kernel(const
 // Block (token, column block); each thread sums one column over the token's slots in slot order, as the CPU does.
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kElementwiseThreads) moe_combine_kernel(const MoeCombineParams p) {
+  wait_for_prior_grid();
   const int t = static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y) * kElementwiseThreads + static_cast<int>(threadIdx.x);
   if (h >= p.hidden) return;
@@ -194,16 +198,16 @@ void launch_moe_group_as(const MoeGroupParams& params, cudaStream_t stream) {
       }
     }
   }
-  moe_group_kernel<kFault><<<1, kGroupThreads, smem, stream>>>(params);
+  launch_kernel(moe_group_kernel<kFault>, 1, kGroupThreads, smem, stream, params);
 }
 
 template <KernelFault kFault>
 void launch_moe_silu_mul_as(const MoeSiluMulParams& params, int64_t count, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((count + kElementwiseThreads - 1) / kElementwiseThreads);
   if (params.act_bf16) {
-    moe_silu_mul_kernel<true, kFault><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+    launch_kernel(moe_silu_mul_kernel<true, kFault>, blocks, kElementwiseThreads, 0, stream, params);
   } else {
-    moe_silu_mul_kernel<false, kFault><<<blocks, kElementwiseThreads, 0, stream>>>(params);
+    launch_kernel(moe_silu_mul_kernel<false, kFault>, blocks, kElementwiseThreads, 0, stream, params);
   }
 }
 
@@ -237,9 +241,10 @@ void launch_moe_combine(const MoeCombineParams& params, KernelFault fault, cudaS
   const dim3 grid(static_cast<unsigned>(params.tokens),
                   static_cast<unsigned>((params.hidden + kElementwiseThreads - 1) / kElementwiseThreads));
   if (fault == KernelFault::kExpertsDropLastExpert) {
-    moe_combine_kernel<KernelFault::kExpertsDropLastExpert><<<grid, kElementwiseThreads, 0, stream>>>(params);
+    launch_kernel(moe_combine_kernel<KernelFault::kExpertsDropLastExpert>, grid, kElementwiseThreads, 0, stream,
+                  params);
   } else {
-    moe_combine_kernel<KernelFault::kNone><<<grid, kElementwiseThreads, 0, stream>>>(params);
+    launch_kernel(moe_combine_kernel<KernelFault::kNone>, grid, kElementwiseThreads, 0, stream, params);
   }
 }
 

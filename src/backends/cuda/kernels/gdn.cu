@@ -10,6 +10,7 @@
 
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/gdn_device.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -23,6 +24,7 @@ constexpr int kConvThreads = 128;  // channels per CTA
 // inputs in registers as it walks the tile's tokens. Reads of x are coalesced across the channels of a warp.
 template <int kWidth, KernelFault kFault>
 __global__ void __launch_bounds__(kConvThreads) causal_conv1d_silu_kernel(const CausalConv1dParams p) {
+  wait_for_prior_grid();
   constexpr int kHistory = kWidth - 1;  // inputs the state carries
   const int c = blockIdx.y * kConvThreads + threadIdx.x;
   if (c >= p.channels) return;
@@ -74,9 +76,9 @@ void launch_conv_width(const CausalConv1dParams& p, KernelFault fault, cudaStrea
   const dim3 grid(static_cast<unsigned>(p.tile_count),
                   static_cast<unsigned>((p.channels + kConvThreads - 1) / kConvThreads));
   if (fault == KernelFault::kConvIgnoresState)
-    causal_conv1d_silu_kernel<kWidth, KernelFault::kConvIgnoresState><<<grid, kConvThreads, 0, stream>>>(p);
+    launch_kernel(causal_conv1d_silu_kernel<kWidth, KernelFault::kConvIgnoresState>, grid, kConvThreads, 0, stream, p);
   else
-    causal_conv1d_silu_kernel<kWidth, KernelFault::kNone><<<grid, kConvThreads, 0, stream>>>(p);
+    launch_kernel(causal_conv1d_silu_kernel<kWidth, KernelFault::kNone>, grid, kConvThreads, 0, stream, p);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -117,13 +119,14 @@ __device__ __forceinline__ void wait_async_copies() {
 // barriers per token: before the warps' partials of Σq², Σk² and Sᵀk are read, and before those of Sᵀq.
 template <int kRows, bool kVec4, KernelFault kFault>
 __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
-    gdn_recurrent_kernel(const GatedDeltaRuleParams p, const GdnRecurrentBatch batch) {
+    gdn_recurrent_kernel(const GatedDeltaRuleParams p, const GdnSequence* sequences) {
+  wait_for_prior_grid();
   __shared__ __align__(16) float tile[kRows * kRowLanes][kRecurrentCols];  // S[i][32·x + c]; zero outside [dk, dv]
   __shared__ float norm_partial[kRecurrentWarps][2];                       // per warp: its rows' Σq², Σk²
   __shared__ float m_partial[kRecurrentWarps][kRecurrentCols];             // per warp: its rows' share of Sᵀk_raw
   __shared__ float o_partial[kRecurrentWarps][kRecurrentCols];             // per warp: its rows' share of Sᵀq_raw
 
-  const GdnSequence seq = batch.sequences[blockIdx.z];
+  const GdnSequence seq = sequences[blockIdx.z];
   const int h = blockIdx.y;
   const int kh = h / (p.value_heads / p.key_heads);
   const int dk = p.key_dim, dv = p.value_dim, nv = p.value_heads;
@@ -275,50 +278,50 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
 }
 
 template <int kRows, bool kVec4, KernelFault kFault>
-void launch_recurrent_rows(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, dim3 grid,
+void launch_recurrent_rows(const GatedDeltaRuleParams& p, const GdnSequence* sequences, dim3 grid,
                            cudaStream_t stream) {
   // The state tiles of the resident CTAs need most of the SM's shared memory: ask for the largest carveout, once.
   static const cudaError_t carveout =
       cudaFuncSetAttribute(gdn_recurrent_kernel<kRows, kVec4, kFault>, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   (void)carveout;  // a hint: without it the kernel still runs, with fewer CTAs resident
-  gdn_recurrent_kernel<kRows, kVec4, kFault><<<grid, kRecurrentThreads, 0, stream>>>(p, batch);
+  launch_kernel(gdn_recurrent_kernel<kRows, kVec4, kFault>, grid, kRecurrentThreads, 0, stream, p, sequences);
 }
 
 template <bool kVec4, KernelFault kFault>
-void launch_recurrent_variant(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, int count,
+void launch_recurrent_variant(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count,
                               cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.value_dim + kRecurrentCols - 1) / kRecurrentCols),
                   static_cast<unsigned>(p.value_heads), static_cast<unsigned>(count));
   // kRows · 16 >= dk: the fewest rows of shared memory that hold the CTA's rows of S.
   if (p.key_dim <= 2 * kRowLanes)
-    launch_recurrent_rows<2, kVec4, kFault>(p, batch, grid, stream);
+    launch_recurrent_rows<2, kVec4, kFault>(p, sequences, grid, stream);
   else if (p.key_dim <= 4 * kRowLanes)
-    launch_recurrent_rows<4, kVec4, kFault>(p, batch, grid, stream);
+    launch_recurrent_rows<4, kVec4, kFault>(p, sequences, grid, stream);
   else if (p.key_dim <= 8 * kRowLanes)
-    launch_recurrent_rows<8, kVec4, kFault>(p, batch, grid, stream);
+    launch_recurrent_rows<8, kVec4, kFault>(p, sequences, grid, stream);
   else
-    launch_recurrent_rows<16, kVec4, kFault>(p, batch, grid, stream);
+    launch_recurrent_rows<16, kVec4, kFault>(p, sequences, grid, stream);
 }
 
 template <KernelFault kFault>
-void launch_recurrent_fault(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, int count,
+void launch_recurrent_fault(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count,
                             cudaStream_t stream) {
   if (p.state_vec4)
-    launch_recurrent_variant<true, kFault>(p, batch, count, stream);
+    launch_recurrent_variant<true, kFault>(p, sequences, count, stream);
   else
-    launch_recurrent_variant<false, kFault>(p, batch, count, stream);
+    launch_recurrent_variant<false, kFault>(p, sequences, count, stream);
 }
 
-void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnRecurrentBatch& batch, int count, KernelFault fault,
+void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
                             cudaStream_t stream) {
   switch (fault) {
     case KernelFault::kGdnGateSign:
-      return launch_recurrent_fault<KernelFault::kGdnGateSign>(p, batch, count, stream);
+      return launch_recurrent_fault<KernelFault::kGdnGateSign>(p, sequences, count, stream);
     case KernelFault::kGdnMissingBarrier:
-      return launch_recurrent_fault<KernelFault::kGdnMissingBarrier>(p, batch, count, stream);
+      return launch_recurrent_fault<KernelFault::kGdnMissingBarrier>(p, sequences, count, stream);
     default:
-      return launch_recurrent_fault<KernelFault::kNone>(p, batch, count, stream);
+      return launch_recurrent_fault<KernelFault::kNone>(p, sequences, count, stream);
   }
 }
 
@@ -345,12 +348,7 @@ void launch_causal_conv1d_silu(const CausalConv1dParams& p, KernelFault fault, c
 
 void launch_gdn_recurrent(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
                           cudaStream_t stream) {
-  GdnRecurrentBatch batch{};
-  for (int first = 0; first < count; first += kGdnRecurrentBatchSequences) {
-    const int n = std::min(count - first, kGdnRecurrentBatchSequences);
-    std::copy(sequences + first, sequences + first + n, batch.sequences);
-    launch_recurrent_batch(p, batch, n, fault, stream);
-  }
+  if (count > 0) launch_recurrent_batch(p, sequences, count, fault, stream);
 }
 
 }  // namespace plumb::cuda

@@ -73,16 +73,9 @@ struct GatedDeltaRuleParams {
   bool state_vec4;
 };
 
-// Sequences one recurrent launch carries in its parameters (2 KB), so a decode step uploads no table before its
-// kernel; more sequences take more launches, each sequence computed alone whatever launch it is in.
-constexpr int kGdnRecurrentBatchSequences = 64;
-struct GdnRecurrentBatch {
-  GdnSequence sequences[kGdnRecurrentBatchSequences];  // grid.z of them used
-};
-
-// Token by token, one CTA per (32 value columns, value head, sequence): decode, and algorithm kRecurrent. Takes the
-// `count` sequences from host memory and passes them by value,
-// kGdnRecurrentBatchSequences per launch. Faults kGdnGateSign and kGdnMissingBarrier select planted variants.
+// Token by token, one CTA per (32 value columns, value head, sequence): decode, and algorithm kRecurrent. sequences
+// [count] is a device table (count at most 65535, the grid's z). Faults kGdnGateSign and kGdnMissingBarrier select
+// planted variants.
 void launch_gdn_recurrent(const GatedDeltaRuleParams& params, const GdnSequence* sequences, int count,
                           KernelFault fault, cudaStream_t stream);
 

@@ -24,6 +24,7 @@
 
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/gdn_chunked_common.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -71,6 +72,7 @@ constexpr int kStateThreads = 512;  // 16 warps: 4 per scheduler, to hide the mm
 template <int kCols, KernelFault kFault>
 __global__ void __launch_bounds__(kStateThreads, 1)
     gdn_chunk_state_kernel(const GatedDeltaRuleParams p, const GdnChunkedPlan plan, const bool vec4) {
+  wait_for_prior_grid();
   using Layout = StateLayout<kCols>;
   constexpr int kNt = kCols / 8;             // n-tiles of the slice
   constexpr int kHalves = kNt >= 2 ? 2 : 1;  // warps wn = 0 .. kHalves-1 work in phases 1 and 3
@@ -373,7 +375,7 @@ void launch_state(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cud
                     p.value_dim % 4 == 0;
   const dim3 grid(static_cast<unsigned>((p.value_dim + kCols - 1) / kCols), static_cast<unsigned>(p.value_heads),
                   static_cast<unsigned>(plan.run_count));
-  gdn_chunk_state_kernel<kCols, kFault><<<grid, kStateThreads, bytes, stream>>>(p, plan, vec4);
+  launch_kernel(gdn_chunk_state_kernel<kCols, kFault>, grid, kStateThreads, bytes, stream, p, plan, vec4);
 }
 
 template <KernelFault kFault>

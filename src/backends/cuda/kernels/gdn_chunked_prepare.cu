@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/gdn_chunked_common.cuh"
 #include "backends/cuda/kernels/gdn_device.cuh"
+#include "backends/cuda/kernels/launch.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -86,6 +87,7 @@ __device__ __forceinline__ void solve_column(const float* sA, int c, float (&t)[
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kPrepareThreads, 2)
     gdn_chunk_prepare_kernel(const GatedDeltaRuleParams p, const GdnChunkedPlan plan, const bool vec4) {
+  wait_for_prior_grid();
   extern __shared__ float4 shared_memory[];
   float* const smem = reinterpret_cast<float*>(shared_memory);
   const PrepareLayout lay(p.key_dim);
@@ -278,7 +280,7 @@ void launch_prepare_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& p
                        static_cast<int>(bytes));
   const bool vec4 = reinterpret_cast<uintptr_t>(p.qkv) % 16 == 0 && p.qkv_stride % 4 == 0 && p.key_dim % 4 == 0;
   const dim3 grid(static_cast<unsigned>(plan.chunk_count), static_cast<unsigned>(p.key_heads));
-  gdn_chunk_prepare_kernel<kFault><<<grid, kPrepareThreads, bytes, stream>>>(p, plan, vec4);
+  launch_kernel(gdn_chunk_prepare_kernel<kFault>, grid, kPrepareThreads, bytes, stream, p, plan, vec4);
 }
 
 }  // namespace

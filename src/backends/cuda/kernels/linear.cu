@@ -9,6 +9,7 @@
 //   output features and every row of the tile and streams its weights once, through registers or shared memory.
 #include <algorithm>
 
+#include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/linear_common.cuh"
 
 namespace plumb::cuda {
@@ -100,6 +101,7 @@ __device__ __forceinline__ void compute_stage(const char* stage, int chunks, int
 
 template <class S, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel(const LinearParams p) {
+  wait_for_prior_grid();
   using XElem = typename S::XElem;
   extern __shared__ __align__(128) char smem[];  // kStages x [weights kFeatures x kStageK | rows kRows x kStageK]
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
@@ -187,6 +189,7 @@ constexpr int kF32Rows = 8;
 
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kF32Features) linear_f32_kernel(const LinearParams p) {
+  wait_for_prior_grid();
   const int feature_blocks = (p.n + kF32Features - 1) / kF32Features;
   const BlockTile bt = block_tile(static_cast<int>(blockIdx.x), feature_blocks, p.max_tiles);
   RowTile rt;
@@ -258,6 +261,7 @@ __device__ __forceinline__ uint16_t convert_one(float v) {
 // Four elements per thread; kVec: one 16-byte load and one 8-byte store.
 template <bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kConvertThreads) to_bf16_kernel(const float* x, uint16_t* y, int64_t count) {
+  wait_for_prior_grid();
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x) * 4;
   if constexpr (kVec) {
     if (i >= count) return;
@@ -287,7 +291,7 @@ void launch_bf16(const LinearParams& p, cudaStream_t stream) {
     const auto kernel = linear_bf16_kernel < S, kVec, kSplitFault ? KernelFault::kNone : kFault > ;
     allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
     const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
-    kernel<<<static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream>>>(p);
+    launch_kernel(kernel, static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream, p);
   }
 }
 
@@ -343,8 +347,8 @@ void launch_linear_variant(LinearParams p, cudaStream_t stream) {
       constexpr bool kF32Fault = kFault == KernelFault::kLinearDropsLastKTile ||
                                  kFault == KernelFault::kLinearF32DropsKRemainder ||
                                  kFault == KernelFault::kLinearPartsSkipBoundary;
-      linear_f32_kernel<kF32Fault ? kFault : KernelFault::kNone>
-          <<<static_cast<unsigned>(blocks), kF32Features, 0, stream>>>(p);
+      launch_kernel(linear_f32_kernel < kF32Fault ? kFault : KernelFault::kNone >, static_cast<unsigned>(blocks),
+                    kF32Features, 0, stream, p);
     } else {
       // A fault of the F32 kernel alone leaves the BF16 kernels at their production instantiation.
       constexpr KernelFault kBf16Fault = kFault == KernelFault::kLinearF32DropsKRemainder ? KernelFault::kNone : kFault;
@@ -357,9 +361,10 @@ template <KernelFault kFault>
 void launch_to_bf16_as(const float* x, uint16_t* y, int64_t count, cudaStream_t stream) {
   const int64_t blocks = (count + 4 * kConvertThreads - 1) / (4 * kConvertThreads);
   if (count % 4 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
-    to_bf16_kernel<true, kFault><<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(x, y, count);
+    launch_kernel(to_bf16_kernel<true, kFault>, static_cast<unsigned>(blocks), kConvertThreads, 0, stream, x, y, count);
   } else {
-    to_bf16_kernel<false, kFault><<<static_cast<unsigned>(blocks), kConvertThreads, 0, stream>>>(x, y, count);
+    launch_kernel(to_bf16_kernel<false, kFault>, static_cast<unsigned>(blocks), kConvertThreads, 0, stream, x, y,
+                  count);
   }
 }
 

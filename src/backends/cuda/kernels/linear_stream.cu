@@ -1,6 +1,7 @@
 // The BF16 matrix-product kernels of decode (linear.h states the contract; linear.cu says how the kernels share one
 // arithmetic): linear_stream_kernel, weights through a ring of registers, and linear_stream_ring_kernel, for plain
 // products of up to 16 rows, weights and activations through a deep ring of shared memory.
+#include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/linear_common.cuh"
 
 namespace plumb::cuda::linear_detail {
@@ -60,6 +61,7 @@ __device__ __forceinline__ void stage_x_slab(const typename S::XElem* x, const i
 // linear.h. Block b takes K-group b % k_split of tile b / k_split.
 template <class S, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_stream_kernel(const LinearParams p) {
+  wait_for_prior_grid();
   using XElem = typename S::XElem;
   extern __shared__ __align__(128) char smem[];  // 2 slabs x [kRows x kSlabK] XElem
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations
@@ -200,6 +202,7 @@ __device__ __forceinline__ void block_barrier() {
 // (__syncwarp for one warp).
 template <class S, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(const LinearParams p) {
+  wait_for_prior_grid();
   // kDepth stages x [activations: rows x kStageK F32 | warp 0's weights | warp 1's | ...]. A warp's weights for a
   // stage: chunk c's row-g units of its 32 lanes (512 bytes, lane order), then its row g + 8 units.
   extern __shared__ __align__(128) char smem[];
@@ -362,7 +365,7 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
       const auto kernel = linear_stream_ring_kernel<R, kVec, kFault>;
       allow_smem(reinterpret_cast<const void*>(kernel), R::ring_bytes(R::kRows), ring_smem_allowed);
       const int64_t blocks = static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.k_split;
-      kernel<<<static_cast<unsigned>(blocks), 32 * R::kWarps, R::ring_bytes(p.rows), stream>>>(p);
+      launch_kernel(kernel, static_cast<unsigned>(blocks), 32 * R::kWarps, R::ring_bytes(p.rows), stream, p);
       return;
     }
   }
@@ -371,7 +374,7 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
   allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
   const int warps = stream_warps(p);
   const int64_t blocks = static_cast<int64_t>((p.n + 16 * warps - 1) / (16 * warps)) * p.max_tiles * p.k_split;
-  kernel<<<static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream>>>(p);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream, p);
 }
 
 template <class S, bool kVec>

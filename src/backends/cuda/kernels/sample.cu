@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/sample.h"
 
 namespace plumb::cuda {
@@ -49,6 +50,7 @@ __device__ __forceinline__ bool ranks_before(float pa, int32_t a, float pb, int3
 // the CPU reference does.
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams p) {
+  wait_for_prior_grid();
   extern __shared__ float route_shared[];
   float* prob = route_shared;                // [experts]
   float* chosen = route_shared + p.experts;  // [top_k], thread 0's
@@ -446,6 +448,7 @@ __device__ Position descend(const Row& row, const Condition& cond, SampleShared&
 // Block r draws row r.
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTokensParams p, float mass_scale) {
+  wait_for_prior_grid();
   __shared__ SampleShared s;
   const SampleDraw draw = p.draws[blockIdx.x];
   Row row{};
@@ -499,9 +502,9 @@ void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStrea
   const dim3 grid(static_cast<unsigned>(params.tokens));
   const size_t shared = moe_route_smem_bytes(params.experts, params.top_k);
   if (fault == KernelFault::kRouteTiesToHigher)
-    moe_route_kernel<KernelFault::kRouteTiesToHigher><<<grid, kRouteThreads, shared, stream>>>(params);
+    launch_kernel(moe_route_kernel<KernelFault::kRouteTiesToHigher>, grid, kRouteThreads, shared, stream, params);
   else
-    moe_route_kernel<KernelFault::kNone><<<grid, kRouteThreads, shared, stream>>>(params);
+    launch_kernel(moe_route_kernel<KernelFault::kNone>, grid, kRouteThreads, shared, stream, params);
 }
 
 void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, cudaStream_t stream) {
@@ -511,11 +514,13 @@ void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, c
   const float mass_scale = static_cast<float>(1ull << shift);
   const dim3 grid(static_cast<unsigned>(params.rows));
   if (fault == KernelFault::kSampleTiesToHigher)
-    sample_tokens_kernel<KernelFault::kSampleTiesToHigher><<<grid, kSampleThreads, 0, stream>>>(params, mass_scale);
+    launch_kernel(sample_tokens_kernel<KernelFault::kSampleTiesToHigher>, grid, kSampleThreads, 0, stream, params,
+                  mass_scale);
   else if (fault == KernelFault::kSampleTopPOneShort)
-    sample_tokens_kernel<KernelFault::kSampleTopPOneShort><<<grid, kSampleThreads, 0, stream>>>(params, mass_scale);
+    launch_kernel(sample_tokens_kernel<KernelFault::kSampleTopPOneShort>, grid, kSampleThreads, 0, stream, params,
+                  mass_scale);
   else
-    sample_tokens_kernel<KernelFault::kNone><<<grid, kSampleThreads, 0, stream>>>(params, mass_scale);
+    launch_kernel(sample_tokens_kernel<KernelFault::kNone>, grid, kSampleThreads, 0, stream, params, mass_scale);
 }
 
 }  // namespace plumb::cuda

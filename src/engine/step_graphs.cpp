@@ -1,0 +1,84 @@
+#include "engine/step_graphs.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/error.h"
+
+namespace plumb {
+namespace {
+
+// The fewest page-table entries a recording gives a sequence: short sequences share one recording.
+constexpr int64_t kMinPageStride = 16;
+
+int64_t pages_for(int64_t tokens) {
+  return (tokens + kKvPageSize - 1) / kKvPageSize;
+}
+
+}  // namespace
+
+StepGraphs::StepGraphs(const Qwen3NextModel& model, StepGraphOptions options)
+    : model_(model), options_(std::move(options)) {
+  PLUMB_CHECK(std::is_sorted(options_.buckets.begin(), options_.buckets.end()) &&
+                  (options_.buckets.empty() || options_.buckets.front() >= 1),
+              "step graph buckets must be positive and ascending");
+}
+
+std::pair<int64_t, int64_t> StepGraphs::shape_of(const std::vector<SequenceInput>& batch) const {
+  if (!options_.enabled || !recordable_ || options_.buckets.empty() || model_.routing_trace_set()) return {0, 0};
+  const auto bucket =
+      std::lower_bound(options_.buckets.begin(), options_.buckets.end(), static_cast<int64_t>(batch.size()));
+  if (batch.empty() || bucket == options_.buckets.end()) return {0, 0};
+  // Every sequence brings one token, and the pool holds every page the step adds without growing (a recording may
+  // not reallocate the pool it reads).
+  int64_t most_pages = 1, new_pages = 0;
+  for (const SequenceInput& in : batch) {
+    if (in.ids.size() != 1 || !in.state) return {0, 0};
+    const int64_t pages = pages_for(in.state->position + 1);
+    most_pages = std::max(most_pages, pages);
+    new_pages += std::max<int64_t>(0, pages - static_cast<int64_t>(in.state->kv_pages.ids().size()));
+  }
+  if (new_pages > model_.kv_pool().free_pages()) return {0, 0};
+  return {*bucket, std::max(kMinPageStride, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(most_pages))))};
+}
+
+Tensor StepGraphs::forward(const std::vector<SequenceInput>& batch) {
+  const auto [bucket, stride] = shape_of(batch);
+  last_replayed_ = false;
+  if (bucket == 0) return model_.forward(batch, LogitsRows::kLast);
+
+  // Sinks: sequences of their own at position 0, one page each, taking token 0 in the rows past the batch.
+  const auto real = static_cast<int64_t>(batch.size());
+  while (static_cast<int64_t>(sinks_.size()) < bucket - real) sinks_.push_back(model_.new_sequence(1));
+  std::vector<SequenceInput> rows = batch;
+  for (int64_t i = real; i < bucket; ++i) rows.push_back({&sinks_[static_cast<size_t>(i - real)], {0}});
+
+  Tensor logits;  // [bucket, V]
+  const auto step = [&] { logits = model_.forward(rows, LogitsRows::kLast); };
+  Backend& backend = model_.backend();
+  auto& graph = graphs_[{bucket, stride}];
+  if (graph) {
+    backend.replay_step(*graph, step);
+  } else if (warmed_.insert({bucket, stride}).second) {
+    // A shape's first step runs eagerly: its kernels' one-time set-up (shared-memory limits) happens outside the
+    // recording.
+    graphs_.erase({bucket, stride});
+    step();
+  } else {
+    graph = backend.record_step(stride, step);
+    if (!graph) {
+      graphs_.erase({bucket, stride});
+      recordable_ = false;
+    }
+  }
+  // The sinks go back to position 0, so their one page always holds them.
+  for (int64_t i = real; i < bucket; ++i) sinks_[static_cast<size_t>(i - real)].position = 0;
+  const auto recorded = graphs_.find({bucket, stride});
+  if (recorded != graphs_.end()) {
+    last_kernels_ = recorded->second->kernels();
+    last_replayed_ = true;
+  }
+  return logits.rows(0, real);
+}
+
+}  // namespace plumb
