@@ -162,14 +162,14 @@ TEST(JsonSchema, IntegerBoundsAreExact) {
     for (int64_t v = lo - 120; v <= hi + 120; ++v)
       EXPECT_EQ(accepts(std::to_string(v)), v >= lo && v <= hi) << schema << " " << v;
     EXPECT_FALSE(accepts("-0")) << schema;
-    EXPECT_FALSE(accepts("0" + std::to_string(std::max<int64_t>(lo, 0)))) << schema;
+    EXPECT_FALSE(accepts(fmt::format("0{}", std::max<int64_t>(lo, 0)))) << schema;
   }
   const Accepts open(R"({"type": "integer", "exclusiveMinimum": 0.5, "exclusiveMaximum": 4})");
   for (int v = -3; v < 8; ++v) EXPECT_EQ(open(std::to_string(v)), v >= 1 && v <= 3) << v;
   const Accepts below(R"({"type": "integer", "maximum": -3, "exclusiveMaximum": -3})");
   EXPECT_TRUE(below("-4"));
   EXPECT_FALSE(below("-3"));
-  EXPECT_TRUE(below("-" + std::string(grammar::kMaxDigits, '9')));
+  EXPECT_TRUE(below(fmt::format("-{}", std::string(grammar::kMaxDigits, '9'))));
 }
 
 TEST(JsonSchema, NumberBoundsHoldForEveryNumberWritten) {
