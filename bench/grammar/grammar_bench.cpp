@@ -1,9 +1,11 @@
 // Benchmark of the grammar matcher (grammar/matcher.h): the time to compute one row's allowed-token mask, per token
 // of a typical answer to a typical schema, over a real tokenizer's vocabulary. Each answer is encoded by the
 // tokenizer (as a model would write it) and replayed: at every step the mask is taken, then the answer's next token.
-// "cold" is a fresh grammar, every state's mask computed by walking the vocabulary's trie; "warm" replays the answer
-// on the same grammar, as the server does for a schema it has seen (masks come from the cache). Prints a table; with
-// a path, also writes JSON. "apply" is the mask's cost on a row of logits (engine side: -inf where not allowed).
+// "compile" is the schema's grammar built and its contexts' token sets precomputed (matcher.h), as the server does
+// once per schema; "cold" replays the answer on that fresh grammar, every state's mask made from the contexts on its
+// first visit; "warm" replays it again, as for a schema the server has seen (masks from the cache). "late" counts the
+// contexts a replay met that were not precomputed (0: every first visit was covered). Prints a table; with a path,
+// also writes JSON. "apply" is the mask's cost on a row of logits (engine side: -inf where not allowed).
 //
 // Usage: plumb_grammar_bench TOKENIZER_DIR [out.json] [--repeat N]
 #include <algorithm>
@@ -123,14 +125,17 @@ int main(int argc, char** argv) {
       std::make_shared<const plumb::grammar::Vocabulary>(tokenizer.text_token_bytes(tokenizer.vocab_size()), stops);
   std::printf("vocabulary %lld tokens (%s); mask time per token per row, microseconds; warm: best of %d replays\n",
               static_cast<long long>(vocabulary->size()), dir.c_str(), repeat);
-  std::printf("%-32s %6s %11s %11s %11s %11s %11s %11s\n", "schema", "tokens", "cold mean", "cold median", "cold max",
-              "warm mean", "warm median", "apply mean");
+  std::printf("%-32s %6s %9s %8s %5s %10s %11s %9s %10s %11s %10s\n", "schema", "tokens", "compile", "contexts", "late",
+              "cold mean", "cold median", "cold max", "warm mean", "warm median", "apply mean");
   nlohmann::json out = nlohmann::json::array();
   for (const Case& c : kCases) {
     const auto schema = nlohmann::ordered_json::parse(c.schema);
     const std::vector<int32_t> tokens = tokenizer.encode(c.wrapping.prefix + c.answer + c.wrapping.suffix);
+    const auto compile_begin = std::chrono::steady_clock::now();
     const auto grammar = std::make_shared<const plumb::grammar::CompiledGrammar>(
         plumb::grammar::compile_json_schema(schema, c.wrapping), vocabulary);
+    const double compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_begin).count();
     const std::vector<double> cold_us = replay(grammar, tokens);
     if (cold_us.empty()) {
       std::fprintf(stderr, "plumb_grammar_bench: the grammar of '%s' refuses its own answer\n", c.name);
@@ -145,11 +150,16 @@ int main(int argc, char** argv) {
       if (a.mean_us < apply.mean_us) apply = a;
     }
     const Timing cold = summarize(cold_us);
-    std::printf("%-32s %6zu %11.1f %11.1f %11.1f %11.2f %11.2f %11.1f\n", c.name, tokens.size(), cold.mean_us,
-                cold.median_us, cold.max_us, warm.mean_us, warm.median_us, apply.mean_us);
+    std::printf("%-32s %6zu %7.1fms %8zu %5zu %10.1f %11.1f %9.1f %10.2f %11.2f %10.1f\n", c.name, tokens.size(),
+                compile_ms, grammar->precomputed_contexts(), grammar->late_contexts(), cold.mean_us, cold.median_us,
+                cold.max_us, warm.mean_us, warm.median_us, apply.mean_us);
     out.push_back({{"schema", c.name},
                    {"vocab", vocabulary->size()},
                    {"tokens", tokens.size()},
+                   {"compile_ms", compile_ms},
+                   {"contexts", grammar->precomputed_contexts()},
+                   {"context_bytes", grammar->context_bytes()},
+                   {"late_contexts", grammar->late_contexts()},
                    {"cold_mean_us", cold.mean_us},
                    {"cold_median_us", cold.median_us},
                    {"cold_max_us", cold.max_us},

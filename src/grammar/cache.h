@@ -22,6 +22,10 @@ class GrammarCache {
   // map). Throws plumb::Error as compile_json_schema does; a schema that fails is not cached.
   std::shared_ptr<const CompiledGrammar> json_schema(const nlohmann::ordered_json& schema,
                                                      const JsonWrapping& wrapping = {});
+  // The grammar of the texts `pattern` (regex.h's subset) matches whole, its characters as UTF-8.
+  std::shared_ptr<const CompiledGrammar> regex(const std::string& pattern);
+  // The grammar a GBNF text (gbnf.h) defines.
+  std::shared_ptr<const CompiledGrammar> gbnf(const std::string& text);
   const Vocabulary& vocabulary() const { return *vocabulary_; }
 
  private:
@@ -29,6 +33,9 @@ class GrammarCache {
   size_t capacity_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const CompiledGrammar>> grammars_;
+
+  template <typename Compile>
+  std::shared_ptr<const CompiledGrammar> get(std::string key, Compile compile);
 };
 
 }  // namespace plumb::grammar

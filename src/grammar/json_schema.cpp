@@ -8,6 +8,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "grammar/ranges.h"
+#include "grammar/regex.h"
 
 namespace plumb::grammar {
 
@@ -18,10 +20,30 @@ using Json = nlohmann::ordered_json;
 const std::set<std::string> kAnnotations = {"title",       "description", "default",  "examples",
                                             "$schema",     "$id",         "$comment", "$defs",
                                             "definitions", "deprecated",  "readOnly", "writeOnly"};
-const std::set<std::string> kKeywords = {"type",     "enum",        "const",      "anyOf",    "oneOf",
-                                         "allOf",    "$ref",        "properties", "required", "additionalProperties",
-                                         "items",    "prefixItems", "minItems",   "maxItems", "minLength",
-                                         "maxLength"};
+const std::set<std::string> kKeywords = {"type",
+                                         "enum",
+                                         "const",
+                                         "anyOf",
+                                         "oneOf",
+                                         "allOf",
+                                         "$ref",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "prefixItems",
+                                         "minItems",
+                                         "maxItems",
+                                         "minLength",
+                                         "maxLength",
+                                         "pattern",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum"};
+// The largest integer a number's integer part can write (kMaxDigits nines).
+constexpr int64_t kMaxInteger = 999'999'999'999'999;
+static_assert(kMaxDigits == 15);
 const std::set<std::string> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
 // An integer as JSON Schema counts them: 3 and 3.0 alike.
@@ -74,6 +96,25 @@ ByteSet plain_ascii() {
   return set;
 }
 
+// A number schema's bounds; a side without one is open.
+struct Bounds {
+  std::optional<double> lo, hi;
+  bool lo_exclusive = false, hi_exclusive = false;
+};
+
+// The integers within `b`, clamped to what kMaxDigits digits write; nullopt if none.
+std::optional<std::pair<int64_t, int64_t>> integers_within(const Bounds& b) {
+  const auto clamp = [](double v) {
+    return std::clamp(v, -static_cast<double>(kMaxInteger), static_cast<double>(kMaxInteger));
+  };
+  const double lo =
+      b.lo ? clamp(b.lo_exclusive ? std::floor(*b.lo) + 1 : std::ceil(*b.lo)) : -static_cast<double>(kMaxInteger);
+  const double hi =
+      b.hi ? clamp(b.hi_exclusive ? std::ceil(*b.hi) - 1 : std::floor(*b.hi)) : static_cast<double>(kMaxInteger);
+  if (lo > hi) return std::nullopt;
+  return std::make_pair(static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+}
+
 class Compiler {
  public:
   explicit Compiler(const Json& root) : root_(root) {}
@@ -101,6 +142,9 @@ class Compiler {
   int32_t plain_character();
   int32_t digits(int count);
   int32_t number(bool integer);
+  int32_t bounded_number(const Bounds& b, bool integer, const std::string& path);
+  Bounds bounds(const Json& s, const std::string& path) const;
+  int32_t pattern(const Json& s, const std::string& path);
   int32_t any();
 
   // Fails unless every key of `s` other than `keyword` is an annotation (or one of `also`).
@@ -239,7 +283,8 @@ std::vector<std::string> Compiler::types(const Json& s, const std::string& path)
   };
   if (any_of({"properties", "required", "additionalProperties"})) out.push_back("object");
   if (any_of({"items", "prefixItems", "minItems", "maxItems"})) out.push_back("array");
-  if (any_of({"minLength", "maxLength"})) out.push_back("string");
+  if (any_of({"minLength", "maxLength", "pattern"})) out.push_back("string");
+  if (any_of({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) out.push_back("number");
   if (out.empty()) out = {"object", "array", "string", "number", "boolean", "null"};
   return out;
 }
@@ -247,8 +292,13 @@ std::vector<std::string> Compiler::types(const Json& s, const std::string& path)
 int32_t Compiler::typed(const Json& s, const std::string& type, const std::string& path) {
   if (type == "object") return object(s, path);
   if (type == "array") return array(s, path);
+  if (type == "string" && s.contains("pattern")) return pattern(s, path);
   if (type == "string") return string(count(s, "minLength", path), count(s, "maxLength", path), path);
-  if (type == "number" || type == "integer") return number(type == "integer");
+  if (type == "number" || type == "integer") {
+    const Bounds b = bounds(s, path);
+    if (b.lo || b.hi) return bounded_number(b, type == "integer", path);
+    return number(type == "integer");
+  }
   if (type == "boolean") return builder_.rule("boolean", {literal("true"), literal("false")});
   return builder_.rule("null", {literal("null")});
 }
@@ -502,6 +552,71 @@ int32_t Compiler::number(bool integer) {
     s.push_back(rule_item(builder_.rule("exponent", {{}, exponent})));
   }
   return cached = builder_.rule(integer ? "integer" : "number", {s});
+}
+
+int32_t Compiler::pattern(const Json& s, const std::string& path) {
+  PLUMB_CHECK(s["pattern"].is_string(), "'pattern' at {} must be a string, got {}", at(path), s["pattern"].dump());
+  for (const char* k : {"minLength", "maxLength"})
+    PLUMB_CHECK(!s.contains(k), "'pattern' together with '{}' is not supported at {}", k, at(path));
+  Sequence quoted = literal("\"");
+  quoted.push_back(rule_item(
+      regex_rule(builder_, s["pattern"].get<std::string>(), RegexText::kJsonString, true, "'pattern' at " + at(path))));
+  append_literal(quoted, "\"");
+  return builder_.rule("pattern string", {quoted});
+}
+
+Bounds Compiler::bounds(const Json& s, const std::string& path) const {
+  Bounds b;
+  for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+    if (!s.contains(k)) continue;
+    const Json& v = s[k];
+    PLUMB_CHECK(!v.is_boolean(), "'{}' at {} is a boolean (the draft 4 form); give the bound as a number", k, at(path));
+    PLUMB_CHECK(v.is_number(), "'{}' at {} must be a number, got {}", k, at(path), v.dump());
+    const double d = v.get<double>();
+    const bool exclusive = k[0] == 'e', lower = std::string_view(k).ends_with("inimum");
+    std::optional<double>& side = lower ? b.lo : b.hi;
+    bool& side_exclusive = lower ? b.lo_exclusive : b.hi_exclusive;
+    // Of two bounds on one side, the stricter.
+    if (!side || (lower ? d > *side : d < *side) || (d == *side && exclusive)) {
+      side = d;
+      side_exclusive = exclusive;
+    }
+  }
+  return b;
+}
+
+int32_t Compiler::bounded_number(const Bounds& b, bool integer, const std::string& path) {
+  std::vector<Sequence> alternatives;
+  if (const auto ints = integers_within(b))
+    alternatives.push_back({rule_item(integer_range_rule(builder_, ints->first, ints->second))});
+  if (!integer) {
+    // Decimals without an exponent, I.F, for the integer parts I whose every such number is within the bounds: a
+    // subset of the numbers there (not 0.7 for a minimum of 0.5), but each one valid. I.F lies in [I, I + 1);
+    // -I.F in (-(I + 1), -I].
+    Sequence fraction = literal(".");
+    fraction.insert(fraction.end(), {bytes_item(byte_range('0', '9')), rule_item(digits(kMaxDigits - 1))});
+    Bounds positive{b.lo, b.hi ? std::optional<double>(*b.hi - 1) : std::nullopt, b.lo_exclusive, false};
+    Bounds negative{b.hi ? std::optional<double>(-*b.hi) : std::nullopt,
+                    b.lo ? std::optional<double>(-*b.lo - 1) : std::nullopt, b.hi_exclusive, false};
+    for (Bounds* part : {&positive, &negative}) {
+      if (!part->lo || *part->lo < 0) {
+        part->lo = 0;
+        part->lo_exclusive = false;
+      }
+      const auto range = integers_within(*part);
+      if (!range) continue;
+      Sequence s = part == &negative ? literal("-") : Sequence{};
+      s.push_back(rule_item(integer_range_rule(builder_, range->first, range->second)));
+      s.insert(s.end(), fraction.begin(), fraction.end());
+      alternatives.push_back(std::move(s));
+    }
+  }
+  PLUMB_CHECK(!integer || !alternatives.empty(), "no integer satisfies the bounds at {}", at(path));
+  PLUMB_CHECK(!alternatives.empty(),
+              "the bounds at {} hold no integer and no whole interval [n, n + 1): numbers are written as integers "
+              "and decimals n.f whose interval is within the bounds, so narrower bounds are not supported",
+              at(path));
+  return builder_.rule(at(path) + " bounded", std::move(alternatives));
 }
 
 int32_t Compiler::any() {

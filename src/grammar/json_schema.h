@@ -25,7 +25,7 @@ struct JsonWrapping {
 };
 
 // Compiles `schema` (its key order is the order properties are written in). Throws plumb::Error naming the keyword
-// and its JSON pointer ("unsupported JSON Schema keyword 'pattern' at #/properties/id") for anything unsupported or
+// and its JSON pointer ("unsupported JSON Schema keyword 'format' at #/properties/id") for anything unsupported or
 // malformed.
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonWrapping& wrapping = {});
 

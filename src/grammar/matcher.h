@@ -1,9 +1,12 @@
 // Grammar-constrained decoding over a real vocabulary. A matcher's state is a set of parse stacks over a Grammar
 // (several at once where the grammar is ambiguous so far); a token is allowed when its bytes, fed one by one, leave
-// at least one stack alive. The allowed-token mask of a state is found by walking a byte trie of the vocabulary
-// against the stacks (a subtree is skipped as soon as its prefix kills every stack; the walk's transitions between
-// states are memoized, as most bytes inside a string lead back to the state they left), and cached by the state in
-// the CompiledGrammar, so the states a generation revisits (inside a string, between fields) cost one lookup.
+// at least one stack alive. Masks are found the XGrammar way: when a CompiledGrammar is built, every context (the top
+// kContextDepth positions of a stack, whatever lies beneath) has the vocabulary's byte trie walked once, giving the
+// tokens it accepts whatever the stack below holds, and the few that cross the context's end (a '"' that closes a
+// string, then more bytes), kept as the bytes past the end. A state's mask is then the union, over its stacks, of each
+// context's accepted tokens plus those of its crossing tokens whose remaining bytes the stack's real continuation
+// takes; masks are cached by state, so the states a generation revisits cost one lookup. The plain walk of the whole
+// trie against a state (reference_mask) stays as the reference the tests hold this to.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -45,6 +49,20 @@ struct StackSet {
   std::string key() const;  // the bytes of both arrays, for the mask cache
 };
 
+// Strings standing for token ids, in a byte trie: node 0 is the root; node n's children are
+// child_node[child_begin[n]..child_begin[n + 1]), reached by the bytes at the same indices; the ids whose strings end
+// at node n are ending[ending_begin[n]..[n + 1]).
+struct ByteTrie {
+  std::vector<int32_t> child_begin, child_node, ending_begin, ending;
+  std::vector<uint8_t> child_byte;
+  size_t depth = 0;  // the longest string, in bytes
+
+  // Entries (string, id) in any order; empty strings are left out.
+  static ByteTrie build(std::vector<std::pair<std::string_view, int32_t>> entries);
+  size_t nodes() const { return child_begin.empty() ? 0 : child_begin.size() - 1; }
+  size_t bytes() const;
+};
+
 // The tokens a grammar is matched against: each id's bytes, in a byte trie.
 class Vocabulary {
  public:
@@ -56,15 +74,27 @@ class Vocabulary {
   bool is_stop(int32_t id) const;
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
 
-  // The trie: node 0 is the root; node n's children are child_node[child_begin[n]..child_begin[n + 1]), reached by
-  // the bytes at the same indices; the tokens whose bytes end at node n are ending[ending_begin[n]..[n + 1]).
-  std::vector<int32_t> child_begin, child_node, ending_begin, ending;
-  std::vector<uint8_t> child_byte;
-  size_t depth = 0;  // the longest token, in bytes
+  const ByteTrie& trie() const { return trie_; }
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> stop_ids_;
+  ByteTrie trie_;
+};
+
+// A context is this many positions at the top of a stack. Two take a string's or an object's whole body in (the top
+// is a character class, the one below the rule it returns to), so only tokens that leave the value cross its end.
+constexpr size_t kContextDepth = 2;
+
+// What the tokens do in one context, whatever lies below it.
+struct Context {
+  // The tokens accepted whatever lies below (those that end where the context does included): as ids where there are
+  // few (a quarter of the mask's words at most), else as a mask.
+  std::vector<int32_t> accepted_ids;
+  TokenMask accepted_mask;
+  // The tokens that cross the context's end, by the bytes they have left there (one entry per point they cross it).
+  ByteTrie crossing;
+  size_t bytes() const;
 };
 
 // A grammar bound to a vocabulary, with its cache of masks by state. Safe to share between threads.
@@ -76,19 +106,37 @@ class CompiledGrammar {
   StackSet initial() const;
   // The stacks of `in` after one more byte (empty: the byte is not allowed anywhere).
   void advance(const StackSet& in, uint8_t byte, StackSet& out) const;
-  // The tokens allowed in state `stacks` (stop ids when it is complete), from the cache or computed and cached.
+  // The tokens allowed in state `stacks` (stop ids when it is complete), from the cache or computed from the
+  // contexts and cached.
   std::shared_ptr<const TokenMask> mask(const StackSet& stacks) const;
-  // The same mask computed without the cache (and without storing it).
-  TokenMask compute_mask(const StackSet& stacks) const;
+  // The same mask from the contexts, without the mask cache.
+  TokenMask context_mask(const StackSet& stacks) const;
+  // The same mask by walking the whole vocabulary trie against `stacks`: the reference.
+  TokenMask reference_mask(const StackSet& stacks) const;
+
+  // Contexts computed when the grammar was built (all a stack can show, unless the budget ran out first), and those
+  // met later that were not, computed on first use.
+  size_t precomputed_contexts() const { return contexts_.size(); }
+  bool all_contexts_precomputed() const { return all_contexts_; }
+  size_t late_contexts() const;
+  size_t context_bytes() const { return context_bytes_; }
 
  private:
   void expand(int32_t position, std::vector<int32_t>& below, StackSet& out) const;
   struct Walk;
-  void walk(int32_t node, int32_t state, Walk& w, TokenMask& mask) const;
+  void walk(const ByteTrie& trie, int32_t node, int32_t state, size_t depth, Walk& w, TokenMask& mask) const;
+  void precompute_contexts();
+  Context compute_context(const int32_t* top, size_t length) const;
+  const Context& context(const int32_t* top, size_t length, std::shared_ptr<const Context>& hold) const;
 
   Grammar grammar_;
   std::shared_ptr<const Vocabulary> vocabulary_;
+  std::unordered_map<uint64_t, Context> contexts_;  // by context_key, filled by the constructor
+  size_t context_bytes_ = 0;
+  bool all_contexts_ = false;
   mutable std::mutex mutex_;
+  mutable std::unordered_map<uint64_t, std::shared_ptr<const Context>> late_contexts_;
+  mutable size_t late_bytes_ = 0, late_computed_ = 0;
   mutable std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
   mutable size_t cached_bytes_ = 0;
 };

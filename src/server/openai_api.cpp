@@ -68,12 +68,21 @@ void parse_sampling(const Json& body, ApiRequest& r) {
   }
 }
 
+StructuredOutput schema_output(Json schema, std::string source, std::string prefix = "", std::string suffix = "") {
+  StructuredOutput out;
+  out.schema = std::move(schema);
+  out.source = std::move(source);
+  out.prefix = std::move(prefix);
+  out.suffix = std::move(suffix);
+  return out;
+}
+
 std::optional<StructuredOutput> response_format(const Json& format) {
   PLUMB_CHECK(format.is_object() && format.contains("type") && format["type"].is_string(),
               "'response_format' must be an object with a string 'type', got {}", format.dump());
   const std::string type = format["type"].get<std::string>();
   if (type == "text") return std::nullopt;
-  if (type == "json_object") return StructuredOutput{Json{{"type", "object"}}, "", "", "'response_format'"};
+  if (type == "json_object") return schema_output(Json{{"type", "object"}}, "'response_format'");
   PLUMB_CHECK(type == "json_schema", "'response_format.type' must be text, json_object or json_schema, got \"{}\"",
               type);
   const Json* spec = field(format, "json_schema");
@@ -84,7 +93,7 @@ std::optional<StructuredOutput> response_format(const Json& format) {
     PLUMB_CHECK(strict->is_boolean(), "'response_format.json_schema.strict' must be a boolean");
   const Json* schema = field(*spec, "schema");
   PLUMB_CHECK(schema, "'response_format.json_schema.schema' is a required property");
-  return StructuredOutput{*schema, "", "", "'response_format.json_schema.schema'"};
+  return schema_output(*schema, "'response_format.json_schema.schema'");
 }
 
 // The schema of one call of `function` in Qwen3's tool-call body: {"name": ..., "arguments": {...}}.
@@ -118,8 +127,8 @@ std::optional<StructuredOutput> forced_tool_call(const Json& choice, const Json&
     if (name.empty() || tool["function"]["name"] == name) calls.push_back(tool_call_schema(tool["function"]));
   PLUMB_CHECK(!calls.empty(), "'tool_choice' names the function '{}', which is not in 'tools'", name);
   const std::string source = name.empty() ? "the tools' parameters" : "the parameters of tool '" + name + "'";
-  return StructuredOutput{calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}}, "<tool_call>\n", "\n</tool_call>",
-                          source};
+  return schema_output(calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}}, source, "<tool_call>\n",
+                       "\n</tool_call>");
 }
 
 void parse_common(const Json& body, ApiRequest& r) {
@@ -162,6 +171,18 @@ void parse_common(const Json& body, ApiRequest& r) {
   if (const Json* bias = field(body, "logit_bias"))
     PLUMB_CHECK(bias->is_object() && bias->empty(), "'logit_bias' is not supported");
   if (const Json* format = field(body, "response_format")) r.structured = response_format(*format);
+  // vLLM's extras: a regular expression or a GBNF grammar the whole answer follows.
+  for (const char* key : {"guided_regex", "guided_grammar"}) {
+    const Json* text = field(body, key);
+    if (!text) continue;
+    PLUMB_CHECK(text->is_string(), "'{}' must be a string, got {}", key, text->dump());
+    PLUMB_CHECK(!r.structured, "'{}' cannot be combined with 'response_format', 'guided_regex' or 'guided_grammar'",
+                key);
+    StructuredOutput out;
+    out.source = fmt::format("'{}'", key);
+    (std::string_view(key) == "guided_regex" ? out.regex : out.gbnf) = text->get<std::string>();
+    r.structured = std::move(out);
+  }
 }
 
 // One message's content as the template expects it: a string, null, or text parts joined.
@@ -207,7 +228,9 @@ void parse_chat(const Json& body, ApiRequest& r) {
   }
   if (const Json* tool_choice = field(body, "tool_choice")) {
     if (std::optional<StructuredOutput> call = forced_tool_call(*tool_choice, r.tools)) {
-      PLUMB_CHECK(!r.structured, "'response_format' and a forced 'tool_choice' cannot be combined");
+      PLUMB_CHECK(
+          !r.structured,
+          "a forced 'tool_choice' cannot be combined with 'response_format', 'guided_regex' or 'guided_grammar'");
       r.structured = std::move(call);
     }
     if (*tool_choice == "none") r.tools = Json();

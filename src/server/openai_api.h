@@ -24,6 +24,8 @@ struct StructuredOutput {
   std::string prefix;  // literal text before the value
   std::string suffix;  // and after it
   std::string source;  // where the schema came from, for errors ("'response_format.json_schema.schema'")
+  // Instead of a schema: a regular expression the whole answer matches, or a GBNF grammar it follows.
+  std::optional<std::string> regex, gbnf;
 };
 
 struct ApiRequest {

@@ -55,7 +55,9 @@ std::shared_ptr<TokenConstraint> StructuredOutputs::constraint(const StructuredO
   });
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   try {
-    grammar = cache_->json_schema(output.schema, {output.prefix, output.suffix});
+    grammar = output.regex  ? cache_->regex(*output.regex)
+              : output.gbnf ? cache_->gbnf(*output.gbnf)
+                            : cache_->json_schema(output.schema, {output.prefix, output.suffix});
   } catch (const Error& e) {
     PLUMB_FAIL("{}: {}", output.source, e.what());
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes schemas.json, the grammar tests' corpus of JSON Schemas: hand-written shapes of what clients send
-(Pydantic-style objects, tool parameters, enums, recursive $defs, tuples, type lists) and seeded random
-compositions of every supported keyword. Deterministic: rerunning it rewrites the same file.
+(Pydantic-style objects, tool parameters, enums, recursive $defs, tuples, type lists, patterns, bounded numbers) and
+seeded random compositions of every supported keyword. Deterministic: rerunning it rewrites the same file.
    python3 tests/grammar/make_corpus.py"""
 import json
 import os
@@ -60,6 +60,24 @@ HAND = [
         "year": {"type": "integer"}, "month": {"enum": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}},
         "required": ["year", "month"], "additionalProperties": False}, "note": {"type": ["string", "null"]}},
      "required": ["when", "note"]},
+    {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+    {"type": "string", "pattern": "^[^@\\s]{1,8}@[a-z]{1,8}\\.(com|org)$"},
+    {"type": "string", "pattern": "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$"},
+    {"type": "string", "pattern": "[aeiou]"},
+    {"type": "string", "pattern": "^(?:\\+?1[ -]?)?\\(?\\d{3}\\)?[ -]?\\d{3}-\\d{4}$"},
+    {"type": "string", "pattern": "^[\\u00c0-\\u024f a-z]*$"},
+    {"type": "string", "pattern": "^\"[^\"\\\\]{0,12}\"$"},
+    {"type": "string", "pattern": "^(?<word>[a-z]+)(, [a-z]+)*\\.?$"},
+    {"type": "integer", "minimum": 1, "maximum": 12},
+    {"type": "integer", "exclusiveMinimum": -100, "exclusiveMaximum": 100},
+    {"type": "integer", "minimum": 1000},
+    {"type": "number", "minimum": 0, "maximum": 1},
+    {"type": "number", "exclusiveMinimum": -1.5, "maximum": 2.25},
+    {"type": "object", "properties": {
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "zip": {"type": "string", "pattern": "^\\d{5}(-\\d{4})?$"},
+        "score": {"type": "number", "minimum": -10, "exclusiveMaximum": 10}},
+     "required": ["age", "zip", "score"], "additionalProperties": False},
 ]
 
 SCALARS = [
@@ -73,6 +91,10 @@ SCALARS = [
     lambda r: {"enum": r.sample(["x", "yy", "zzz", 0, 1, -3, 2.5, True, None, "é"], r.randint(1, 4))},
     lambda r: {"const": r.choice(["on", 42, False, None, [1, "a"], {"k": "v"}])},
     lambda r: {"type": r.sample(["string", "integer", "number", "boolean", "null"], 2)},
+    lambda r: {"type": "integer", "minimum": r.randint(-50, 10), "maximum": r.randint(10, 5000)},
+    lambda r: {"type": "number", "minimum": r.choice([0, -1, -2.5]), "exclusiveMaximum": r.choice([1, 10, 100])},
+    lambda r: {"type": "string", "pattern": r.choice(["^[a-z]{1,8}$", "^[A-Z][a-z]*( [A-Z][a-z]*)?$",
+                                                      "^#[0-9a-f]{6}$", "^(yes|no|maybe)$", "^[^\\s]{2,5}$"])},
 ]
 
 
@@ -124,7 +146,7 @@ def random_schema(r, depth, defs):
 def main():
     r = random.Random(18)
     corpus = list(HAND)
-    while len(corpus) < 120:
+    while len(corpus) < 140:
         defs = {}
         s = random_schema(r, 0, defs)
         if defs:

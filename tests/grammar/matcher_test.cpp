@@ -28,7 +28,8 @@ const char* const kSchemas[] = {
 void check_against_reference(const grammar::Matcher& matcher) {
   const grammar::Vocabulary& v = matcher.compiled().vocabulary();
   const auto mask = matcher.allowed();
-  ASSERT_EQ(*mask, matcher.compiled().compute_mask(matcher.stacks()));
+  ASSERT_EQ(*mask, matcher.compiled().reference_mask(matcher.stacks()));
+  ASSERT_EQ(matcher.compiled().context_mask(matcher.stacks()), *mask);
   for (int32_t id = 0; id < v.size(); ++id) {
     grammar::Matcher copy = matcher;
     bool reference = false;

@@ -13,12 +13,24 @@ namespace {
 
 using nlohmann::ordered_json;
 
-// Whether the grammar of `schema` matches all of `text` (fed as bytes; no vocabulary needed).
+// A schema's grammar, which tells whether it matches all of a text (fed as bytes; no vocabulary needed).
+class Accepts {
+ public:
+  explicit Accepts(const char* schema)
+      : grammar_(std::make_shared<const grammar::CompiledGrammar>(
+            grammar::compile_json_schema(ordered_json::parse(schema)),
+            std::make_shared<const grammar::Vocabulary>(std::vector<std::string>{"x"}, std::vector<int32_t>{}))) {}
+  bool operator()(const std::string& text) const {
+    grammar::Matcher m(grammar_);
+    return m.accept_bytes(text) && m.complete();
+  }
+
+ private:
+  std::shared_ptr<const grammar::CompiledGrammar> grammar_;
+};
+
 bool matches(const char* schema, const std::string& text) {
-  auto vocabulary = std::make_shared<const grammar::Vocabulary>(std::vector<std::string>{"x"}, std::vector<int32_t>{});
-  grammar::Matcher m(std::make_shared<const grammar::CompiledGrammar>(
-      grammar::compile_json_schema(ordered_json::parse(schema)), vocabulary));
-  return m.accept_bytes(text) && m.complete();
+  return Accepts(schema)(text);
 }
 
 TEST(JsonSchema, ObjectsFollowTheDeclaredOrderAndRequiredSet) {
@@ -102,6 +114,77 @@ TEST(JsonSchema, NumbersHaveBoundedDigits) {
   EXPECT_FALSE(matches(R"({"type": "integer"})", "1e5"));
 }
 
+TEST(JsonSchema, PatternsMatchAnywhereUnlessAnchored) {
+  const char* code = R"({"type": "string", "pattern": "^[a-z]+-[0-9]{2,3}$"})";
+  EXPECT_TRUE(matches(code, R"("abc-12")"));
+  EXPECT_TRUE(matches(code, R"("x-123")"));
+  EXPECT_FALSE(matches(code, R"("abc-1234")"));
+  EXPECT_FALSE(matches(code, R"("Abc-12")"));
+  EXPECT_FALSE(matches(code, R"("abc-12x")"));
+  EXPECT_TRUE(matches(R"({"pattern": "ab"})", R"("xxabyy")"));
+  EXPECT_TRUE(matches(R"({"pattern": "ab"})", R"("ab")"));
+  EXPECT_FALSE(matches(R"({"pattern": "ab"})", R"("ba")"));
+  const char* either = R"({"type": "string", "pattern": "^ab$|cd"})";
+  EXPECT_TRUE(matches(either, R"("ab")"));
+  EXPECT_TRUE(matches(either, R"("xcdx")"));
+  EXPECT_FALSE(matches(either, R"("abx")"));
+  const char* repeated = R"({"type": "string", "pattern": "^(?:ab){2,}(?<tail>c|d)?$"})";
+  EXPECT_TRUE(matches(repeated, R"("abab")"));
+  EXPECT_TRUE(matches(repeated, R"("abababd")"));
+  EXPECT_FALSE(matches(repeated, R"("abc")"));
+  EXPECT_TRUE(matches(R"({"type": "string", "pattern": "^\\d\\w\\s\\S$"})", R"("1_ A")"));
+}
+
+TEST(JsonSchema, PatternCharactersAreCodePointsWrittenAsJson) {
+  // '"', '\' and controls as JSON escapes, everything else as UTF-8.
+  EXPECT_TRUE(matches(R"({"type": "string", "pattern": "^a\"b\\\\c$"})", R"("a\"b\\c")"));
+  const char* not_lower = R"({"type": "string", "pattern": "^[^a-z]$"})";
+  EXPECT_TRUE(matches(not_lower, "\"é\""));
+  EXPECT_TRUE(matches(not_lower, R"("\n")"));
+  EXPECT_TRUE(matches(not_lower, R"("\u0001")"));
+  EXPECT_FALSE(matches(not_lower, R"("a")"));
+  EXPECT_FALSE(matches(not_lower, "\"\n\""));  // a raw control character is no JSON
+  const char* dot = R"({"type": "string", "pattern": "^.$"})";
+  EXPECT_TRUE(matches(dot, "\"é\""));
+  EXPECT_TRUE(matches(dot, "\"\xF0\x9F\x98\x80\""));
+  EXPECT_FALSE(matches(dot, R"("\n")"));
+  EXPECT_FALSE(matches(dot, "\"\xE2\x80\xA8\""));  // U+2028, a line terminator
+  EXPECT_TRUE(matches(R"({"type": "string", "pattern": "^\\u00e9\\u{1F600}[\\u0800-\\uFFFF]$"})",
+                      "\"é\xF0\x9F\x98\x80\xEF\xBF\xBF\""));
+}
+
+TEST(JsonSchema, IntegerBoundsAreExact) {
+  const std::pair<int64_t, int64_t> ranges[] = {{-12, 305}, {0, 0},     {7, 7}, {-1000, -999},
+                                                {10, 99},   {99, 1000}, {-9, 9}};
+  for (const auto& [lo, hi] : ranges) {
+    const std::string schema = fmt::format(R"({{"type": "integer", "minimum": {}, "maximum": {}}})", lo, hi);
+    const Accepts accepts(schema.c_str());
+    for (int64_t v = lo - 120; v <= hi + 120; ++v)
+      EXPECT_EQ(accepts(std::to_string(v)), v >= lo && v <= hi) << schema << " " << v;
+    EXPECT_FALSE(accepts("-0")) << schema;
+    EXPECT_FALSE(accepts(fmt::format("0{}", std::max<int64_t>(lo, 0)))) << schema;
+  }
+  const Accepts open(R"({"type": "integer", "exclusiveMinimum": 0.5, "exclusiveMaximum": 4})");
+  for (int v = -3; v < 8; ++v) EXPECT_EQ(open(std::to_string(v)), v >= 1 && v <= 3) << v;
+  const Accepts below(R"({"type": "integer", "maximum": -3, "exclusiveMaximum": -3})");
+  EXPECT_TRUE(below("-4"));
+  EXPECT_FALSE(below("-3"));
+  EXPECT_TRUE(below(fmt::format("-{}", std::string(grammar::kMaxDigits, '9'))));
+}
+
+TEST(JsonSchema, NumberBoundsHoldForEveryNumberWritten) {
+  const Accepts unit(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  for (const char* ok : {"0", "1", "0.93", "0.000"}) EXPECT_TRUE(unit(ok)) << ok;
+  for (const char* no : {"1.5", "-0.1", "2", "1e0", "-0"}) EXPECT_FALSE(unit(no)) << no;
+  const Accepts negative(R"({"type": "number", "minimum": -5, "exclusiveMaximum": -1})");
+  for (const char* ok : {"-3.5", "-4.99", "-5", "-2"}) EXPECT_TRUE(negative(ok)) << ok;
+  for (const char* no : {"-5.5", "-1", "-0.5", "0", "3"}) EXPECT_FALSE(negative(no)) << no;
+  const Accepts positive(R"({"type": "number", "exclusiveMinimum": 0})");
+  EXPECT_TRUE(positive("12.5"));
+  EXPECT_FALSE(positive("0"));
+  EXPECT_FALSE(positive("-1.5"));
+}
+
 void expect_refused(const char* schema, const std::vector<std::string>& parts) {
   try {
     (void)grammar::compile_json_schema(ordered_json::parse(schema));
@@ -113,10 +196,30 @@ void expect_refused(const char* schema, const std::vector<std::string>& parts) {
 }
 
 TEST(JsonSchema, UnsupportedOrInvalidSchemasAreRefusedByName) {
-  expect_refused(R"({"properties": {"id": {"type": "string", "pattern": "^a"}}})",
-                 {"unsupported JSON Schema keyword 'pattern'", "#/properties/id"});
-  expect_refused(R"({"type": "integer", "minimum": 0})", {"'minimum'", "at #"});
-  expect_refused(R"({"type": "number", "maximum": 1})", {"'maximum'"});
+  expect_refused(R"({"properties": {"id": {"type": "string", "format": "uuid"}}})",
+                 {"unsupported JSON Schema keyword 'format'", "#/properties/id"});
+  expect_refused(R"({"type": "integer", "multipleOf": 3})", {"'multipleOf'", "at #"});
+  expect_refused(R"({"type": "integer", "minimum": 5, "maximum": 4})", {"no integer satisfies", "at #"});
+  expect_refused(R"({"type": "number", "exclusiveMinimum": true})", {"'exclusiveMinimum'", "draft 4"});
+  expect_refused(R"({"type": "number", "minimum": 0.25, "maximum": 0.75})", {"at #", "narrower bounds"});
+  expect_refused(R"({"type": "integer", "maximum": "3"})", {"'maximum'", "must be a number"});
+  expect_refused(R"({"type": "string", "pattern": "^a", "maxLength": 3})", {"'pattern' together with 'maxLength'"});
+  expect_refused(R"({"type": "string", "pattern": 3})", {"'pattern'", "must be a string"});
+  expect_refused(R"({"properties": {"w": {"pattern": "\\bword"}}})",
+                 {"'pattern' at #/properties/w", "word boundary", "offset 0"});
+  expect_refused(R"j({"pattern": "a(?=b)"})j", {"lookaround"});
+  expect_refused(R"({"pattern": "(a)\\1"})", {"back-reference"});
+  expect_refused(R"({"pattern": "\\p{L}"})", {"Unicode property"});
+  expect_refused(R"({"pattern": "a{2,1}"})", {"m < n"});
+  expect_refused(R"({"pattern": "(a*)*"})", {"can match nothing"});
+  expect_refused(R"({"pattern": "a^b"})", {"'^' inside"});
+  expect_refused(R"({"pattern": "a$b"})", {"'$' inside"});
+  expect_refused(R"({"pattern": "[z-a]"})", {"out of order"});
+  expect_refused(R"({"pattern": "[]"})", {"empty class"});
+  expect_refused(R"({"pattern": "(ab"})", {"unterminated group"});
+  expect_refused(R"j({"pattern": "ab)"})j", {"unmatched ')'"});
+  expect_refused(R"({"pattern": "*a"})", {"nothing to repeat"});
+  expect_refused(R"({"pattern": "\\q"})", {"unknown escape '\\q'"});
   expect_refused(R"({"type": "string", "format": "date"})", {"'format'"});
   expect_refused(R"({"items": {"multipleOf": 2}})", {"'multipleOf'", "#/items"});
   expect_refused(R"({"patternProperties": {}})", {"'patternProperties'"});

@@ -502,6 +502,9 @@ describe("structured output", { timeout: 240_000 }, () => {
     { $defs: { leaf: { type: "object", properties: { v: { type: ["number", "null"] } }, required: ["v"] } },
       type: "array", items: { $ref: "#/$defs/leaf" }, minItems: 1, maxItems: 2 },
     { anyOf: [{ type: "boolean" }, { type: "object", properties: { ok: { const: true } }, required: ["ok"] }] },
+    { type: "object", properties: { code: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" },
+      month: { type: "integer", minimum: 1, maximum: 12 }, score: { type: "number", minimum: 0, maximum: 1 } },
+      required: ["code", "month", "score"], additionalProperties: false },
   ];
   const sampled = (seed) => ({ temperature: 1, seed, max_tokens: 400 });
   const exact = { temperature: 0, max_tokens: 400 };
@@ -570,17 +573,34 @@ describe("structured output", { timeout: 240_000 }, () => {
     }
   });
 
+  test("guided_regex and guided_grammar: the whole answer matches, greedy and sampled", async () => {
+    const guided_regex = "(yes|no), because [a-z ]{1,20}\\.";
+    const guided_grammar = 'root ::= ("yes" | "no") ", because " [a-z ]{1,20} "."';
+    for (const extra of [{ guided_regex }, { guided_grammar }]) {
+      for (const params of [exact, sampled(3)]) {
+        const r = await client.chat.completions.create({ model: "default", messages: user("Yes or no?"), ...extra,
+          chat_template_kwargs: { enable_thinking: false }, ...params });
+        assert.equal(r.choices[0].finish_reason, "stop", JSON.stringify(r.choices[0]));
+        assert.match(r.choices[0].message.content, new RegExp(`^(?:${guided_regex})$`, "u"));
+      }
+    }
+  });
+
   test("unsupported schemas and tool choices are answered 400 naming what is wrong", async () => {
     const ask = (extra) => postJson(server.url + "/v1/chat/completions",
       { model: "default", messages: user("x"), max_tokens: 4, ...extra });
-    const pattern = await ask({ response_format: { type: "json_schema", json_schema: { name: "p",
-      schema: { type: "object", properties: { id: { type: "string", pattern: "^a" } } } } } });
-    assertError(pattern, 400);
-    assert.match(pattern.body.error.message, /keyword 'pattern' at #\/properties\/id/);
-    const minimum = await ask({ response_format: { type: "json_schema", json_schema: { name: "m",
-      schema: { type: "integer", minimum: 0 } } } });
-    assertError(minimum, 400);
-    assert.match(minimum.body.error.message, /'minimum'/);
+    const format = await ask({ response_format: { type: "json_schema", json_schema: { name: "p",
+      schema: { type: "object", properties: { id: { type: "string", format: "uuid" } } } } } });
+    assertError(format, 400);
+    assert.match(format.body.error.message, /keyword 'format' at #\/properties\/id/);
+    const lookahead = await ask({ response_format: { type: "json_schema", json_schema: { name: "l",
+      schema: { type: "string", pattern: "a(?=b)" } } } });
+    assertError(lookahead, 400);
+    assert.match(lookahead.body.error.message, /'pattern' at #: a lookaround assertion .* at offset 1/);
+    assertError(await ask({ guided_regex: "\\bx" }), 400);
+    const grammar = await ask({ guided_grammar: "root ::= e\ne ::= e \"+\" \"1\" | \"1\"" });
+    assertError(grammar, 400);
+    assert.match(grammar.body.error.message, /'guided_grammar': the grammar is left-recursive/);
     assertError(await ask({ response_format: { type: "yaml" } }), 400);
     const unknownTool = await ask({ tools: [{ type: "function", function: { name: "f" } }],
       tool_choice: { type: "function", function: { name: "g" } } });

@@ -40,6 +40,17 @@ TEST(StructuredRequest, ResponseFormatsBecomeSchemas) {
   EXPECT_EQ(with_schema.structured->prefix, "");
 }
 
+TEST(StructuredRequest, AGuidedRegexReplacesTheSchema) {
+  const auto r = parse_api_request(Endpoint::kCompletions, Json{{"prompt", "p"}, {"guided_regex", "(yes|no)!"}});
+  ASSERT_TRUE(r.structured);
+  EXPECT_EQ(r.structured->regex, "(yes|no)!");
+  EXPECT_EQ(r.structured->source, "'guided_regex'");
+  const auto g = parse_api_request(Endpoint::kChatCompletions, chat({{"guided_grammar", "root ::= \"a\""}}));
+  ASSERT_TRUE(g.structured);
+  EXPECT_EQ(g.structured->gbnf, "root ::= \"a\"");
+  EXPECT_FALSE(g.structured->regex);
+}
+
 TEST(StructuredRequest, ForcedToolChoicesBecomeToolCallSchemas) {
   const auto named = parse_api_request(
       Endpoint::kChatCompletions,
@@ -64,8 +75,26 @@ TEST(StructuredRequest, RefusesWhatItCannotConstrain) {
         Json{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}},
         Json{{"tool_choice", "required"}}, Json{{"tools", kTools}, {"tool_choice", "always"}},
         Json{{"tools", kTools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "h"}}}}}},
-        Json{{"tools", kTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}})
+        Json{{"tools", kTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}},
+        Json{{"guided_regex", 3}}, Json{{"guided_regex", "a"}, {"response_format", {{"type", "json_object"}}}},
+        Json{{"tools", kTools}, {"tool_choice", "required"}, {"guided_regex", "a"}},
+        Json{{"guided_regex", "a"}, {"guided_grammar", "root ::= \"a\""}}, Json{{"guided_grammar", Json::array()}}})
     EXPECT_THROW(parse_api_request(Endpoint::kChatCompletions, chat(extra)), Error) << extra.dump();
+}
+
+StructuredOutput schema_output(Json schema, std::string source) {
+  StructuredOutput out;
+  out.schema = std::move(schema);
+  out.source = std::move(source);
+  return out;
+}
+
+// A guided_regex (`regex`) or guided_grammar.
+StructuredOutput text_output(std::string source, std::string text, bool regex) {
+  StructuredOutput out;
+  out.source = std::move(source);
+  (regex ? out.regex : out.gbnf) = std::move(text);
+  return out;
 }
 
 // How many of a row's logits the constraint leaves finite.
@@ -81,7 +110,8 @@ TEST(StructuredOutputs, ReasoningIsFreeUntilThinkCloses) {
   const ModelText text = ModelText::from_dir(test::source_dir() + "/models/default");
   const int64_t vocab = text.tokenizer().vocab_size();
   StructuredOutputs outputs(text, vocab);
-  const auto constraint = outputs.constraint({Json{{"type", "boolean"}}, "", "", "test"}, /*opens_reasoning=*/true);
+  const auto constraint =
+      outputs.constraint(schema_output(Json{{"type", "boolean"}}, "test"), /*opens_reasoning=*/true);
   EXPECT_EQ(allowed(*constraint, vocab), vocab);
   for (int32_t id : text.encode("hmm, true or false? </think>")) {
     EXPECT_FALSE(constraint->finished());
@@ -94,18 +124,49 @@ TEST(StructuredOutputs, ReasoningIsFreeUntilThinkCloses) {
   EXPECT_TRUE(constraint->finished());
 }
 
+TEST(StructuredOutputs, AGuidedRegexConstrainsTheWholeAnswer) {
+  const ModelText text = ModelText::from_dir(test::source_dir() + "/models/default");
+  const int64_t vocab = text.tokenizer().vocab_size();
+  StructuredOutputs outputs(text, vocab);
+  const auto constraint = outputs.constraint(text_output("'guided_regex'", "(yes|no)[!.]", true), false);
+  const int64_t first = allowed(*constraint, vocab);
+  EXPECT_GT(first, 0);
+  EXPECT_LT(first, 20);
+  for (int32_t id : text.encode("no!")) {
+    EXPECT_FALSE(constraint->finished());
+    EXPECT_TRUE(constraint->accept(id));
+  }
+  EXPECT_TRUE(constraint->finished());
+  const auto again = outputs.constraint(text_output("'guided_regex'", "(yes|no)[!.]", true), false);
+  EXPECT_FALSE(again->accept(text.encode("maybe").front()));
+}
+
 TEST(StructuredOutputs, ASchemaErrorNamesWhereTheSchemaCameFrom) {
   const ModelText text = ModelText::from_dir(test::source_dir() + "/models/default");
   StructuredOutputs outputs(text, text.tokenizer().vocab_size());
   try {
-    (void)outputs.constraint({Json{{"type", "string"}, {"pattern", "a+"}}, "", "", "'response_format.x'"}, false);
+    (void)outputs.constraint(schema_output(Json{{"type", "string"}, {"format", "uuid"}}, "'response_format.x'"), false);
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "'response_format.x': unsupported JSON Schema keyword 'pattern' at #");
+    EXPECT_STREQ(e.what(), "'response_format.x': unsupported JSON Schema keyword 'format' at #");
+  }
+  try {
+    (void)outputs.constraint(text_output("'guided_regex'", "a(?=b)", true), false);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "'guided_regex': the regular expression: a lookaround assertion ('(?=', '(?!', '(?<=', '(?<!') at "
+                 "offset 1 of the pattern");
+  }
+  try {
+    (void)outputs.constraint(text_output("'guided_grammar'", "root ::= x", false), false);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "'guided_grammar': GBNF line 1: rule 'x' is used but not defined");
   }
   const ModelText ids_only = ModelText::token_ids_only("synthetic");
   StructuredOutputs without_tokenizer(ids_only, 10);
-  EXPECT_THROW((void)without_tokenizer.constraint({Json{{"type", "null"}}, "", "", "x"}, false), Error);
+  EXPECT_THROW((void)without_tokenizer.constraint(schema_output(Json{{"type", "null"}}, "x"), false), Error);
 }
 
 }  // namespace
