@@ -8,7 +8,7 @@
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
-# sanitize  compute-sanitizer memcheck and racecheck on the harness and on one generation
+# sanitize  compute-sanitizer memcheck and racecheck on the harness, the recorded-step tests and one generation
 # bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
 #           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated), then bench/server/determinism.py: 1000
@@ -92,10 +92,13 @@ if want sanitize; then
     [ $tool = racecheck ] && filter='Ops/Cases.*-*large*:*race*'
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_op_harness" --gtest_filter="$filter" \
       >"$out/sanitize_${tool}_harness.log" 2>&1 || ok=FAIL
+    # The recorded steps: arena, step tables and graph replays (tests/gpu/graph_test.cpp).
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_model_test" \
+      --gtest_filter='*GpuStepGraphs*' >"$out/sanitize_${tool}_graphs.log" 2>&1 || ok=FAIL
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$plumb" generate --model $model \
       --ids 1,2,3,4,5,6,7,8,9 --device cuda --max-tokens 8 --ignore-eos --print-ids \
       >"$out/sanitize_${tool}_generate.log" 2>&1 || ok=FAIL
-    tail -n 2 "$out/sanitize_${tool}_harness.log" "$out/sanitize_${tool}_generate.log"
+    tail -n 2 "$out/sanitize_${tool}_harness.log" "$out/sanitize_${tool}_graphs.log" "$out/sanitize_${tool}_generate.log"
   done
   record sanitize $ok
 fi
