@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the tokenizer and HTTP request parser libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
+# Builds the tokenizer, HTTP request parser and checkpoint (config.json, safetensors header) libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
 # and runs each for a bounded time (the HTTP one a quarter of it). Exits non-zero on a crash, a hang (-timeout), a sanitizer report, a failed invariant (the harness's own or a
 # PLUMB_INTERNAL_CHECK), or fixtures that fail to load, which two planted controls check first; the crashing input is
 # left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>` (or http_fuzz).
@@ -89,4 +89,22 @@ if ! ./http_fuzz http-corpus -max_total_time="$http_seconds" -timeout=10 -rss_li
   exit 1
 fi
 grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" http-fuzz.log || true
+
+# A model folder's config.json and safetensors header (fuzz/checkpoint_fuzz.cpp), a quarter of the time.
+if [ ! -x checkpoint_fuzz ] || [ -n "$(find "$root/src/model/config.cpp" "$root/src/loader" "$root/src/core" \
+  "$root/fuzz/checkpoint_fuzz.cpp" -newer checkpoint_fuzz -name '*.[ch]*' | head -n 1)" ]; then
+  echo "fuzz.sh: building checkpoint_fuzz"
+  "$cxx" "${flags[@]}" "$root"/src/core/*.cpp "$root"/src/model/config.cpp "$root"/src/loader/safetensors.cpp \
+    "$root"/src/loader/fp8.cpp "$root"/fuzz/checkpoint_fuzz.cpp -o checkpoint_fuzz
+fi
+mkdir -p checkpoint-corpus
+cp "$root"/fuzz/checkpoint-seeds/* checkpoint-corpus/
+echo "fuzz.sh: fuzzing config.json and safetensors headers for ${http_seconds}s (log: $out/checkpoint-fuzz.log)"
+if ! ./checkpoint_fuzz checkpoint-corpus -max_total_time="$http_seconds" -timeout=10 -rss_limit_mb=2048 \
+  -max_len=8192 -print_final_stats=1 >checkpoint-fuzz.log 2>&1; then
+  tail -n 60 checkpoint-fuzz.log
+  echo "fuzz.sh: FAILED (crash input in $out)"
+  exit 1
+fi
+grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" checkpoint-fuzz.log || true
 echo "fuzz.sh: no crash, hang or sanitizer report"

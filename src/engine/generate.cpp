@@ -29,7 +29,7 @@ std::vector<int32_t> default_stop_ids(const std::string& model_dir, const ModelC
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number past its type's range (406)
       PLUMB_FAIL("{}: not valid JSON ({})", path, e.what());
     }
     const nlohmann::json eos = j.is_object() && j.contains("eos_token_id") ? j["eos_token_id"] : nlohmann::json();

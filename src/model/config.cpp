@@ -248,7 +248,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number past the range of its type (406)
     PLUMB_FAIL("{}: not valid JSON ({})", source, e.what());
   }
   PLUMB_CHECK(root.is_object(), "{}: expected a JSON object", source);
