@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab]  (no argument:
-#   all; ab only where a baseline is there)
+#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab] [profile]
+#   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
 #           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
@@ -19,6 +19,9 @@
 #           a carried build/ab-base/bin.tar.xz) against build/device's (B): plumb bench in alternating rounds (35B shapes, B=1
 #           and 16, prefill 2K) and a greedy token A/B on models/default at $PLUMB_AB_LENGTHS (default 2048,4000:
 #           its context is 4096 tokens, and generate refuses a prompt plus max tokens past it)
+# profile   ncu's time for every kernel of one replayed decode step (35B shapes, batch 1 and 16), summed by kernel
+#           (tools/ncu_summary.py). ncu runs the kernels one at a time with cold caches, so a kernel's time here
+#           excludes what programmatic launches and L2 prefetches overlap with the kernel before it.
 # Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -174,6 +177,19 @@ if want demo; then
   [ "$answered" = 16 ] || ok=FAIL
   kill $server 2>/dev/null
   record demo $ok
+fi
+
+if want profile; then
+  ok=pass
+  for batch in 1 16; do
+    echo "== ncu over one replayed decode step, 35B shapes, batch $batch"
+    timeout 300 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+      --print-units base "$plumb" bench --device cuda --synthetic --model qwen3.5-35b-a3b --batches $batch --steps 2 \
+      --warmup 2 --skip-kernels --prefill 64 --profile-last-step >"$out/ncu_step_b$batch.csv" 2>"$out/ncu_step_b$batch.log" ||
+      ok=FAIL
+    python3 tools/ncu_summary.py "$out/ncu_step_b$batch.csv" | tee "$out/ncu_step_b$batch.txt" || ok=FAIL
+  done
+  record profile $ok
 fi
 
 if want ab; then

@@ -235,11 +235,15 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   Tensor up = backend_.empty(DType::kF32, {T, width});       // [T, Is]
   backend_.linear_parts(x, {&w.router, &w.shared_expert_gate, &s.gate_proj, &s.up_proj},
                         {&router_logits, &shared_gate, &gate, &up});
-  route_and_run_experts(w, x, router_logits, expert_ids, expert_weights, out);
   Tensor shared = backend_.empty(DType::kF32, x.shape());  // [T, H]
-  backend_.silu_mul(gate, up, gate);
-  backend_.linear(gate, s.down_proj, shared);
-  backend_.mul_sigmoid_rows(shared, shared_gate);
+  // The shared expert reads only the stacked product's outputs and writes only `shared` and its own gate: it may run
+  // beside the routing and the routed experts.
+  backend_.concurrently([&] { route_and_run_experts(w, x, router_logits, expert_ids, expert_weights, out); },
+                        [&] {
+                          backend_.silu_mul(gate, up, gate);
+                          backend_.linear(gate, s.down_proj, shared);
+                          backend_.mul_sigmoid_rows(shared, shared_gate);
+                        });
   backend_.add(out, shared);
 }
 

@@ -173,6 +173,12 @@ class Backend {
   // and table sizes (the same batch size, one token a sequence as recorded): a difference is an error, before any
   // kernel of the replay runs.
   virtual void replay_step(StepGraph& graph, const std::function<void()>& step) = 0;
+  // Runs the ops `first` makes, then those `second` makes: two groups that neither read what the other writes nor
+  // write what the other reads. A backend may run them at the same time; the bits of every result are the same either
+  // way. The CUDA backend does while it records a step (record_step): `second` goes to a stream of its own that forks
+  // from the step's stream before `first` and joins it after, so in the step's graph the two groups overlap (their
+  // small kernels hide each other's latency); eagerly and on the CPU they run one after the other.
+  virtual void concurrently(const std::function<void()>& first, const std::function<void()>& second) = 0;
   // Returns memory that no tensor holds any longer to the device, where the backend caches it for reuse (after the
   // weights are loaded and rearranged, so that what remains free can be measured and reserved).
   virtual void release_cached_memory() = 0;

@@ -62,6 +62,9 @@ class FailingBackend final : public Backend {
   void synchronize() override { cpu_.synchronize(); }
   int64_t kernel_launches() const override { return cpu_.kernel_launches(); }
   void release_cached_memory() override { cpu_.release_cached_memory(); }
+  void concurrently(const std::function<void()>& first, const std::function<void()>& second) override {
+    cpu_.concurrently(first, second);
+  }
   std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override {
     return cpu_.record_step(max_kv_pages, step);
   }

@@ -32,6 +32,10 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   int64_t kernel_launches() const override { return 0; }
   void release_cached_memory() override {}
+  void concurrently(const std::function<void()>& first, const std::function<void()>& second) override {
+    first();
+    second();
+  }
   // Plain loops record nothing: the step runs as usual and nullptr comes back.
   std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override;
   void replay_step(StepGraph& graph, const std::function<void()>& step) override;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "backends/cuda/kernels/experts.h"
 #include "core/error.h"
@@ -180,8 +181,13 @@ CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
   *moe_id_report_host_ = cuda::MoeIdReport{};
   cuda_check(cudaMemcpy(moe_id_report_, moe_id_report_host_, sizeof(cuda::MoeIdReport), cudaMemcpyHostToDevice),
              "clearing the expert-id report");
-  cuda_check(cudaMalloc(&linear_arrivals_, kLinearArrivals * sizeof(int32_t)), "cudaMalloc of the arrival counters");
-  cuda_check(cudaMemset(linear_arrivals_, 0, kLinearArrivals * sizeof(int32_t)), "clearing the arrival counters");
+  cuda_check(cudaMalloc(&linear_arrivals_, 2 * kLinearArrivals * sizeof(int32_t)),
+             "cudaMalloc of the arrival counters");
+  cuda_check(cudaMemset(linear_arrivals_, 0, 2 * kLinearArrivals * sizeof(int32_t)), "clearing the arrival counters");
+  side_arrivals_ = linear_arrivals_ + kLinearArrivals;
+  cuda_check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 CudaBackend::~CudaBackend() {
@@ -190,7 +196,40 @@ CudaBackend::~CudaBackend() {
   cudaFree(linear_arrivals_);
   cudaFree(moe_id_report_);
   cudaFreeHost(moe_id_report_host_);
+  cudaEventDestroy(fork_);
+  cudaEventDestroy(join_);
+  cudaStreamDestroy(side_stream_);
   cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::concurrently(const std::function<void()>& first, const std::function<void()>& second) {
+  // Eagerly the memory pool hands a freed block to the next op in stream order, which a second stream would break;
+  // a replay's host pass launches nothing, and asks for its arena blocks in the recording's order either way.
+  if (step_mode_ != StepMode::kRecord) {
+    first();
+    second();
+    return;
+  }
+  cuda_check(cudaEventRecord(fork_, stream_), "forking a step's second stream");
+  first();
+  cuda_check(cudaStreamWaitEvent(side_stream_, fork_), "forking a step's second stream");
+  // While `second` is queued, its ops see the second stream and its arrival counters as the backend's own; the arena
+  // is a bump allocator within a step, so the two groups' blocks never overlap.
+  struct SideSwap {
+    CudaBackend& b;
+    explicit SideSwap(CudaBackend& backend) : b(backend) { swap(); }
+    ~SideSwap() { swap(); }
+    void swap() {
+      std::swap(b.stream_, b.side_stream_);
+      std::swap(b.linear_arrivals_, b.side_arrivals_);
+    }
+  };
+  {
+    const SideSwap side(*this);
+    second();
+  }
+  cuda_check(cudaEventRecord(join_, side_stream_), "joining a step's second stream");
+  cuda_check(cudaStreamWaitEvent(stream_, join_), "joining a step's second stream");
 }
 
 void CudaBackend::synchronize() {

@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   int64_t kernel_launches() const override;
   void release_cached_memory() override;
+  void concurrently(const std::function<void()>& first, const std::function<void()>& second) override;
   std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override;
   void replay_step(StepGraph& graph, const std::function<void()>& step) override;
 
@@ -135,8 +136,8 @@ class CudaBackend final : public Backend {
   cuda::MoeIdReport* moe_id_report() const { return moe_id_report_; }
 
  private:
-  // Arrival counters of split products (kernels/linear.h), 4 MiB: production splits only products of few tiles; the
-  // harness forces splits on up to 4096 rows of 8192 features (262144 tiles of one-warp blocks).
+  // Arrival counters of split products (kernels/linear.h), 4 MiB per stream: production splits only products of few
+  // tiles; the harness forces splits on up to 4096 rows of 8192 features (262144 tiles of one-warp blocks).
   static constexpr int64_t kLinearArrivals = int64_t{1} << 20;
   // Pins `params` to the harness's variant when one is set, chooses how K is spread, and returns the partial sums'
   // scratch (alive until the launch is queued) with params pointing at it and at the arrival counters.
@@ -189,6 +190,13 @@ class CudaBackend final : public Backend {
   cuda::MoeIdReport* moe_id_report_ = nullptr;       // [1] device
   cuda::MoeIdReport* moe_id_report_host_ = nullptr;  // [1] pinned: the copy synchronize() reads
   int32_t* linear_arrivals_ = nullptr;               // [kLinearArrivals] device, zeros between launches
+  // The second stream of concurrently() and what it swaps in while `second` is queued: its own arrival counters (the
+  // second half of one allocation, so split products on the two streams never share a counter). fork_ and join_
+  // order it after what came before and before what comes after.
+  cudaStream_t side_stream_ = nullptr;
+  int32_t* side_arrivals_ = nullptr;  // [kLinearArrivals] device, zeros between launches
+  cudaEvent_t fork_ = nullptr;
+  cudaEvent_t join_ = nullptr;
 };
 
 }  // namespace plumb
