@@ -35,7 +35,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear harness e2e sanitize bench serve heldout demo"
+default_steps="linear harness e2e sanitize bench serve heldout demo profile"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -55,6 +55,9 @@ if want linear; then
   code=${PIPESTATUS[0]}
   # cuBLAS through torch on the same shapes, in the same call, against the same copy bandwidth.
   python3 bench/linear/cublas.py "$out/linear_bench.json" "$out/linear_cublas.json" 2>&1 | tee "$out/linear_cublas.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || code=1
+  # What one launch of each size can reach by only reading its weights (bench/linear/stream_ceiling.cu).
+  "$bin/stream_ceiling" "$out/stream_ceiling.json" 2>&1 | tee "$out/stream_ceiling.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
   record linear "$([ "$code" = 0 ] && echo pass || echo FAIL)"
 fi
