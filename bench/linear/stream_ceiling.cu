@@ -16,21 +16,17 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backends/cuda/kernels/linear_common.cuh"
+
 namespace {
+
+using plumb::cuda::linear_detail::load_streamed;
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
     std::fprintf(stderr, "stream_ceiling: %s: %s\n", what, cudaGetErrorString(status));
     std::exit(1);
   }
-}
-
-__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
 }
 
 // Warp w reads rows [16 (w / split), + 16) over its split's share of k, chunk by chunk, R chunks in flight; the XOR of
@@ -76,6 +72,27 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Median milliseconds of `runs` event-timed calls of `work` after `warmup` untimed ones.
+template <class Work>
+float median_ms(int warmup, int runs, Work work) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> times;
+  for (int i = 0; i < warmup + runs; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    work(i);
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i >= warmup) times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(times);
+}
+
 using StreamKernel = void (*)(const uint16_t*, int, int, int, unsigned*);
 
 // Median microseconds of one launch of `kernel` over the rotating copies.
@@ -84,23 +101,10 @@ float time_launches(StreamKernel kernel, const std::vector<uint16_t*>& copies, i
   constexpr int kWarpsPerBlock = 4;
   const int warps = n / 16 * split;
   const int blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<float> times;
-  for (int i = 0; i < 25; ++i) {
-    check(cudaEventRecord(start), "cudaEventRecord");
-    kernel<<<blocks, 32 * kWarpsPerBlock>>>(copies[i % copies.size()], n, k, split, sink);
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i >= 5) times.push_back(ms * 1e3f);
-  }
+  const float ms = median_ms(
+      5, 20, [&](int i) { kernel<<<blocks, 32 * kWarpsPerBlock>>>(copies[i % copies.size()], n, k, split, sink); });
   check(cudaGetLastError(), "stream_rows");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(times);
+  return ms * 1e3f;
 }
 
 double copy_gbps() {
@@ -108,22 +112,11 @@ double copy_gbps() {
   void *src = nullptr, *dst = nullptr;
   check(cudaMalloc(&src, bytes), "cudaMalloc");
   check(cudaMalloc(&dst, bytes), "cudaMalloc");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<float> ms;
-  for (int i = 0; i < 12; ++i) {
-    check(cudaEventRecord(start), "cudaEventRecord");
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
-    if (i >= 2) ms.push_back(t);
-  }
+  const float ms =
+      median_ms(2, 10, [&](int) { check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy"); });
   cudaFree(src);
   cudaFree(dst);
-  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / 1e9;  // bytes read plus written
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // bytes read plus written
 }
 
 struct Row {

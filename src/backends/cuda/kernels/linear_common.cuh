@@ -63,6 +63,16 @@ __device__ __forceinline__ int tile_offset(int row, int unit, int units) {
   return (row * units + (unit ^ ((row & 1) * kSwizzle))) * 16;
 }
 
+// 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
+// neighbours in k read the rest of it within the same ring). bench/linear/stream_ceiling.cu streams with it too.
+__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   // With a source size of 0 nothing is read and the 16 bytes are zero-filled.

@@ -9,16 +9,6 @@ namespace {
 
 // ---- The BF16 streaming kernel (decode). ----
 
-// 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
-// neighbours in k read the rest of it within the same ring).
-__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // The lane's 8 k from kk of one weight row (nullptr: a feature past n), zero past k. kVec: one 16-byte load (row
 // 16-byte aligned, k a multiple of 8, so the 8 k are all in or all out); otherwise element by element, the same bits.
 template <bool kVec>
