@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the tokenizer, HTTP request parser and checkpoint (config.json, safetensors header) libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
-# and runs each for a bounded time (the HTTP one a quarter of it). Exits non-zero on a crash, a hang (-timeout), a sanitizer report, a failed invariant (the harness's own or a
-# PLUMB_INTERNAL_CHECK), or fixtures that fail to load, which two planted controls check first; the crashing input is
-# left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>` (or http_fuzz).
+# Builds the tokenizer, HTTP request parser, checkpoint (config.json, safetensors header) and request-body (OpenAI
+# fields, structured-output grammars) libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and runs each
+# for a bounded time (all but the tokenizer's a quarter of it). Exits non-zero on a crash, a hang (-timeout), a
+# sanitizer report, a failed invariant (the harness's own or a PLUMB_INTERNAL_CHECK), or fixtures that fail to load,
+# which two planted controls check first; the crashing input is left in build-fuzz/ (crash-*, timeout-*) for
+# reproduction with `build-fuzz/tokenizer_fuzz <file>` (or http_fuzz, checkpoint_fuzz, request_fuzz).
 #   scripts/fuzz.sh [SECONDS]        (default 60)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,39 +74,48 @@ if ! PLUMB_SOURCE_DIR="$root" ./tokenizer_fuzz corpus -max_total_time="$seconds"
 fi
 grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" fuzz.log || true
 
-# The HTTP request parser (fuzz/http_fuzz.cpp: whole and split parses must agree), a quarter of the time: it is small.
-if [ ! -x http_fuzz ] || [ -n "$(find "$root/src/server/http_parser.cpp" "$root/src/server/http_parser.h" \
-  "$root/src/server/http.h" "$root/fuzz/http_fuzz.cpp" -newer http_fuzz | head -n 1)" ]; then
-  echo "fuzz.sh: building http_fuzz"
-  "$cxx" "${flags[@]}" "$root"/src/server/http_parser.cpp "$root"/fuzz/http_fuzz.cpp -o http_fuzz
-fi
-mkdir -p http-corpus
-cp "$root"/fuzz/http-seeds/* http-corpus/
-http_seconds=$(( seconds / 4 > 5 ? seconds / 4 : 5 ))
-echo "fuzz.sh: fuzzing the HTTP parser for ${http_seconds}s (log: $out/http-fuzz.log)"
-if ! ./http_fuzz http-corpus -max_total_time="$http_seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
-  -print_final_stats=1 >http-fuzz.log 2>&1; then
-  tail -n 60 http-fuzz.log
-  echo "fuzz.sh: FAILED (crash input in $out)"
-  exit 1
-fi
-grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" http-fuzz.log || true
+# The smaller targets, a quarter of the time each. build_target NAME WATCHED SOURCES...: (re)builds NAME from SOURCES
+# when a file under the WATCHED paths (a space-separated list) is newer than it.
+small_seconds=$(( seconds / 4 > 5 ? seconds / 4 : 5 ))
+build_target() {
+  local name=$1 watched=$2
+  shift 2
+  # shellcheck disable=SC2086 # the watched paths are a list
+  if [ ! -x "$name" ] || [ -n "$(find $watched -newer "$name" -name '*.[ch]*' | head -n 1)" ]; then
+    echo "fuzz.sh: building $name"
+    "$cxx" "${flags[@]}" "$@" -o "$name" $(pkg-config --libs libpcre2-8 libutf8proc)
+  fi
+}
+# run_target NAME SEEDS MAX_LEN WHAT: fuzzes NAME from the seeds in fuzz/SEEDS; a failure prints the crash report.
+run_target() {
+  local name=$1 seeds=$2 max_len=$3 what=$4
+  mkdir -p "$name-corpus"
+  cp "$root/fuzz/$seeds"/* "$name-corpus/"
+  echo "fuzz.sh: fuzzing $what for ${small_seconds}s (log: $out/$name.log)"
+  if ! "./$name" "$name-corpus" -max_total_time="$small_seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \
+    -print_final_stats=1 >"$name.log" 2>&1; then
+    tail -n 60 "$name.log"
+    echo "fuzz.sh: FAILED (crash input in $out)"
+    exit 1
+  fi
+  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" "$name.log" || true
+}
 
-# A model folder's config.json and safetensors header (fuzz/checkpoint_fuzz.cpp), a quarter of the time.
-if [ ! -x checkpoint_fuzz ] || [ -n "$(find "$root/src/model/config.cpp" "$root/src/loader" "$root/src/core" \
-  "$root/fuzz/checkpoint_fuzz.cpp" -newer checkpoint_fuzz -name '*.[ch]*' | head -n 1)" ]; then
-  echo "fuzz.sh: building checkpoint_fuzz"
-  "$cxx" "${flags[@]}" "$root"/src/core/*.cpp "$root"/src/model/config.cpp "$root"/src/loader/safetensors.cpp \
-    "$root"/src/loader/fp8.cpp "$root"/fuzz/checkpoint_fuzz.cpp -o checkpoint_fuzz
-fi
-mkdir -p checkpoint-corpus
-cp "$root"/fuzz/checkpoint-seeds/* checkpoint-corpus/
-echo "fuzz.sh: fuzzing config.json and safetensors headers for ${http_seconds}s (log: $out/checkpoint-fuzz.log)"
-if ! ./checkpoint_fuzz checkpoint-corpus -max_total_time="$http_seconds" -timeout=10 -rss_limit_mb=2048 \
-  -max_len=8192 -print_final_stats=1 >checkpoint-fuzz.log 2>&1; then
-  tail -n 60 checkpoint-fuzz.log
-  echo "fuzz.sh: FAILED (crash input in $out)"
-  exit 1
-fi
-grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" checkpoint-fuzz.log || true
+# The HTTP request parser (fuzz/http_fuzz.cpp: whole and split parses must agree).
+build_target http_fuzz "$root/src/server/http_parser.cpp $root/src/server/http_parser.h $root/src/server/http.h \
+  $root/fuzz/http_fuzz.cpp" "$root"/src/server/http_parser.cpp "$root"/fuzz/http_fuzz.cpp
+run_target http_fuzz http-seeds 4096 "the HTTP parser"
+
+# A model folder's config.json and safetensors header (fuzz/checkpoint_fuzz.cpp).
+build_target checkpoint_fuzz "$root/src/model/config.cpp $root/src/loader $root/src/core $root/fuzz/checkpoint_fuzz.cpp" \
+  "$root"/src/core/*.cpp "$root"/src/model/config.cpp "$root"/src/loader/safetensors.cpp "$root"/src/loader/fp8.cpp \
+  "$root"/fuzz/checkpoint_fuzz.cpp
+run_target checkpoint_fuzz checkpoint-seeds 8192 "config.json and safetensors headers"
+
+# A client's request body: the OpenAI request fields and the structured-output compilers (fuzz/request_fuzz.cpp).
+build_target request_fuzz "$root/src/server/openai_api.cpp $root/src/server/openai_api.h $root/src/grammar \
+  $root/src/core $root/fuzz/request_fuzz.cpp" "$root"/src/core/*.cpp "$root"/src/grammar/*.cpp \
+  "$root"/src/server/openai_api.cpp "$root"/fuzz/request_fuzz.cpp
+run_target request_fuzz request-seeds 4096 "request bodies and their grammars"
+
 echo "fuzz.sh: no crash, hang or sanitizer report"
