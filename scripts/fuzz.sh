@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the tokenizer, HTTP request parser, checkpoint (config.json, safetensors header) and request-body (OpenAI
-# fields, structured-output grammars) libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and runs each
-# for a bounded time (all but the tokenizer's a quarter of it). Exits non-zero on a crash, a hang (-timeout), a
+# Builds the tokenizer, HTTP request parser, checkpoint (config.json, safetensors header and index) and request-body
+# (OpenAI fields, structured-output grammars) libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and
+# runs each for a bounded time (all but the tokenizer's a quarter of it). Exits non-zero on a crash, a hang (-timeout), a
 # sanitizer report, a failed invariant (the harness's own or a PLUMB_INTERNAL_CHECK), or fixtures that fail to load,
 # which two planted controls check first; the crashing input is left in build-fuzz/ (crash-*, timeout-*) for
 # reproduction with `build-fuzz/tokenizer_fuzz <file>` (or http_fuzz, checkpoint_fuzz, request_fuzz).
@@ -106,11 +106,11 @@ build_target http_fuzz "$root/src/server/http_parser.cpp $root/src/server/http_p
   $root/fuzz/http_fuzz.cpp" "$root"/src/server/http_parser.cpp "$root"/fuzz/http_fuzz.cpp
 run_target http_fuzz http-seeds 4096 "the HTTP parser"
 
-# A model folder's config.json and safetensors header (fuzz/checkpoint_fuzz.cpp).
+# A model folder's config.json, safetensors header and index (fuzz/checkpoint_fuzz.cpp).
 build_target checkpoint_fuzz "$root/src/model/config.cpp $root/src/loader $root/src/core $root/fuzz/checkpoint_fuzz.cpp" \
   "$root"/src/core/*.cpp "$root"/src/model/config.cpp "$root"/src/loader/safetensors.cpp "$root"/src/loader/fp8.cpp \
   "$root"/fuzz/checkpoint_fuzz.cpp
-run_target checkpoint_fuzz checkpoint-seeds 8192 "config.json and safetensors headers"
+run_target checkpoint_fuzz checkpoint-seeds 8192 "config.json, safetensors headers and indexes"
 
 # A client's request body: the OpenAI request fields and the structured-output compilers (fuzz/request_fuzz.cpp).
 build_target request_fuzz "$root/src/server/openai_api.cpp $root/src/server/openai_api.h $root/src/grammar \
