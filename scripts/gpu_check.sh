@@ -20,8 +20,8 @@
 #           and 16, prefill 2K) and a greedy token A/B on models/default at $PLUMB_AB_LENGTHS (default 2048,4000:
 #           its context is 4096 tokens, and generate refuses a prompt plus max tokens past it)
 # profile   ncu's time for every kernel of one replayed decode step (35B shapes, batch 1 and 16), summed by kernel
-#           (tools/ncu_summary.py). ncu runs the kernels one at a time with cold caches, so a kernel's time here
-#           excludes what programmatic launches and L2 prefetches overlap with the kernel before it.
+#           (tools/ncu_summary.py). ncu runs the kernels one at a time with cold caches, so the times here leave
+#           out what a replayed graph overlaps (programmatic launches, the second stream of Backend::concurrently).
 # Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -236,8 +236,8 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   backend_.linear_parts(x, {&w.router, &w.shared_expert_gate, &s.gate_proj, &s.up_proj},
                         {&router_logits, &shared_gate, &gate, &up});
   Tensor shared = backend_.empty(DType::kF32, x.shape());  // [T, H]
-  // The shared expert reads only the stacked product's outputs and writes only `shared` and its own gate: it may run
-  // beside the routing and the routed experts.
+  // The shared expert reads only the stacked product's outputs (gate, up, shared_gate) and writes only `gate` (in
+  // place) and `shared`, none of which the routing or the routed experts touch: the two may run side by side.
   backend_.concurrently([&] { route_and_run_experts(w, x, router_logits, expert_ids, expert_weights, out); },
                         [&] {
                           backend_.silu_mul(gate, up, gate);
