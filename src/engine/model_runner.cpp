@@ -35,8 +35,12 @@ std::vector<float> ModelRunner::run(const std::vector<RunnerEntry>& batch) {
   for (const RunnerEntry& e : batch) {
     PLUMB_CHECK(e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size(), "state slot {} out of range", e.slot);
     std::optional<SequenceState>& state = states_[static_cast<size_t>(e.slot)];
-    // A fresh sequence replaces the slot's old state, whose KV pages go back to the pool.
-    if (e.start == 0) state = model_.new_sequence();
+    // A fresh sequence replaces the slot's old state, whose recurrent slot and KV pages go back to their pools first,
+    // so a runner of N slots never holds more than N sequences' state.
+    if (e.start == 0) {
+      state.reset();
+      state = model_.new_sequence();
+    }
     PLUMB_CHECK(state,
                 "slot {} holds no sequence (released, or emptied by a failed forward): it can start at 0, not {}",
                 e.slot, e.start);

@@ -23,39 +23,36 @@ Qwen3NextModel::Qwen3NextModel(ModelConfig config, ModelWeights weights, Backend
       weights_(std::move(weights)),
       backend_(backend),
       kv_pool_(std::make_shared<KvPagePool>(backend, attention_layers(config_), config_.num_key_value_heads,
-                                            config_.head_dim)) {
+                                            config_.head_dim)),
+      recurrent_pool_(std::make_shared<RecurrentStatePool>(backend, config_)) {
   stack_projections(weights_, backend_);
 }
 
 SequenceState Qwen3NextModel::new_sequence(int64_t reserve_tokens) const {
   const ModelConfig& c = config_;
   SequenceState s;
+  s.recurrent_slot = RecurrentSlot(recurrent_pool_);
   s.kv_pages = KvPages(kv_pool_);
   s.kv_pages.cover(reserve_tokens);
   s.layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     if (c.layer_types[i] != LayerKind::kGatedDeltaNet) continue;
-    LayerState& l = s.layers[i];
-    l.conv_state = backend_.zeros(DType::kF32, {c.conv_dim(), c.linear_conv_kernel_dim - 1});
-    l.recurrent_state =
-        backend_.zeros(DType::kF32, {c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim});
+    s.layers[i].conv_state = recurrent_pool_->conv_state(static_cast<size_t>(i), s.recurrent_slot.id());
+    s.layers[i].recurrent_state = recurrent_pool_->recurrent_state(static_cast<size_t>(i), s.recurrent_slot.id());
   }
   return s;
 }
 
 SequenceState Qwen3NextModel::fork_sequence(const SequenceState& state) const {
-  PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers && state.kv_pages.pool() == kv_pool_,
+  PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers && state.kv_pages.pool() == kv_pool_ &&
+                  state.recurrent_slot.pool() == recurrent_pool_,
               "fork_sequence: state is for another model");
   SequenceState fork = new_sequence(state.position);
   fork.position = state.position;
   const std::vector<int32_t>& from = state.kv_pages.ids();
   const std::vector<int32_t>& to = fork.kv_pages.ids();
   for (size_t j = 0; j < from.size() && j < to.size(); ++j) kv_pool_->copy_page(from[j], to[j]);
-  for (size_t i = 0; i < state.layers.size(); ++i) {
-    if (!state.layers[i].recurrent_state.data()) continue;
-    backend_.copy(state.layers[i].conv_state, fork.layers[i].conv_state);
-    backend_.copy(state.layers[i].recurrent_state, fork.layers[i].recurrent_state);
-  }
+  recurrent_pool_->copy(state.recurrent_slot.id(), fork.recurrent_slot.id());
   return fork;
 }
 

@@ -8,24 +8,28 @@
 
 #include "model/config.h"
 #include "model/kv_pages.h"
+#include "model/recurrent_pool.h"
 #include "model/weights.h"
 #include "ops/backend.h"
 
 namespace plumb {
 
-// What one sequence carries between calls. A GDN layer's own state (unset for attention layers):
+// What one sequence carries between calls. A GDN layer's own state (unset for attention layers), views of its slot
+// in the model's recurrent state pool:
 struct LayerState {
   Tensor conv_state;       // [C, K-1] F32: the last K-1 conv inputs
   Tensor recurrent_state;  // [nv, dk, dv] F32: the delta-rule state S
 };
 
-// A sequence's state. Its attention layers' keys (after norm and rotary) and values for positions [0, position) live
-// in the model's KV page pool, in the pages kv_pages lists (one table for every attention layer); they return to the
-// pool when the state is destroyed or replaced.
+// A sequence's state. Its GDN layers' states live in its slot of the model's recurrent state pool, and its attention
+// layers' keys (after norm and rotary) and values for positions [0, position) in the model's KV page pool, in the
+// pages kv_pages lists (one table for every attention layer); both return to their pools when the state is destroyed
+// or replaced.
 struct SequenceState {
   int64_t position = 0;  // tokens already processed
+  RecurrentSlot recurrent_slot;
   KvPages kv_pages;
-  std::vector<LayerState> layers;
+  std::vector<LayerState> layers;  // [layers]: views of recurrent_slot's state
 };
 
 enum class LogitsRows { kAll, kLast };
@@ -59,7 +63,8 @@ class Qwen3NextModel {
   void set_routing_trace(RoutingTrace* trace) { routing_ = trace; }
   bool routing_trace_set() const { return routing_ != nullptr; }
 
-  // A fresh sequence: zero states and KV pages for reserve_tokens tokens (more are allocated as it grows).
+  // A fresh sequence: a zeroed slot of the recurrent state pool and KV pages for reserve_tokens tokens (more are
+  // allocated as it grows).
   SequenceState new_sequence(int64_t reserve_tokens = 0) const;
   // A copy of `state` that goes on independently: its own conv and recurrent states and KV pages, bit-identical to
   // the original's, so both continue as the original would.
@@ -67,6 +72,8 @@ class Qwen3NextModel {
   // The pool that holds every sequence's KV pages (its sequences keep it alive; the backend must outlive both).
   // gather_positions(backend(), kv_pool().k(layer), state.kv_pages.ids(), state.position) reads a cache.
   KvPagePool& kv_pool() const { return *kv_pool_; }
+  // The pool of every sequence's GDN layer states (kept alive by its sequences, like the KV pool).
+  RecurrentStatePool& recurrent_pool() const { return *recurrent_pool_; }
 
   // Runs every sequence's new tokens at positions state->position onwards in one pass (one matrix product per
   // weight for the whole batch) and advances each state. Returns logits in the backend's memory: kAll [Σ T, V],
@@ -96,6 +103,7 @@ class Qwen3NextModel {
   ModelWeights weights_;
   Backend& backend_;
   std::shared_ptr<KvPagePool> kv_pool_;
+  std::shared_ptr<RecurrentStatePool> recurrent_pool_;
   RoutingTrace* routing_ = nullptr;
 };
 
