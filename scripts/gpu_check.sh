@@ -11,7 +11,8 @@
 # sanitize  compute-sanitizer memcheck and racecheck on the harness, the recorded-step tests and one generation
 # bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
-#           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated), then bench/server/determinism.py: 1000
+#           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated; greedy, then sampled at 1 and 64 with
+#           the draw on the GPU and, through min_p, on the host), then bench/server/determinism.py: 1000
 #           greedy completions of one prompt under mixed load through plumb serve --device cuda --model models/default
 # heldout   plumb (CPU) against transformers on held-out models (tools/heldout_check.py)
 # demo      the default model generating text on the GPU
@@ -140,6 +141,15 @@ if want serve; then
     --prompt-tokens 512 --max-tokens 64 --json "$out/serve_load.json" --server-log "$out/serve_load_server.log" \
     -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 2>&1 | tee "$out/serve_load.md"
   [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  # Sampled decoding, drawn on the GPU inside the step's graph, then the same with min_p, which the host draws (the
+  # logits come back): the same call, so the difference is where the draw is made.
+  for drawn in gpu host; do
+    sampling='{"temperature": 0.8, "top_p": 0.95'$([ $drawn = host ] && echo ', "min_p": 1e-6')'}'
+    timeout 150 python3 bench/server/load.py --plumb "$plumb" --concurrency 1,64 --requests 8,128 \
+      --prompt-tokens 512 --max-tokens 64 --sampling "$sampling" --json "$out/serve_load_sampled_$drawn.json" \
+      -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 2>&1 | tee "$out/serve_load_sampled_$drawn.md"
+    [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  done
   timeout 170 python3 bench/server/determinism.py --plumb "$plumb" -n 1000 --concurrency 32 \
     --json "$out/serve_determinism.json" --server-log "$out/serve_determinism_server.log" \
     -- --device cuda --model models/default --max-batch 32 2>&1 | tee "$out/serve_determinism.log"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Load benchmark of `plumb serve` (not a test): at each concurrency level, that many clients send streamed, greedy
-/v1/completions requests back to back until the level's request count is reached, each with its own prompt of
+(or --sampling) /v1/completions requests back to back until the level's request count is reached, each with its own prompt of
 --prompt-tokens random token ids and ignore_eos, so every request generates exactly --max-tokens tokens. Token-id
 prompts need no tokenizer, so this drives the random-weight models of `plumb serve --synthetic` (the real shapes) as
 well as a model folder. Per level it reports requests, requests/s, generated tokens/s, and p50/p99 of the time to
@@ -32,6 +32,9 @@ def main():
                    help="prompt ids are drawn below this (512: the smallest served vocabulary, --synthetic tiny's)")
     p.add_argument("--warmup", type=int, default=2, help="untimed requests before the first level")
     p.add_argument("--seed", type=int, default=1, help="seed of the prompts")
+    p.add_argument("--sampling", default='{"temperature": 0}',
+                   help='sampling fields of every request as a JSON object (default greedy), e.g. '
+                        '\'{"temperature": 0.8, "top_p": 0.95}\'')
     p.add_argument("--json", help="write the figures here")
     serving.add_server_args(p)
     args = p.parse_args()
@@ -43,11 +46,17 @@ def main():
         p.error(f"--requests gives {len(counts)} counts for {len(levels)} levels")
     if args.prompt_tokens < 1 or args.max_tokens < 1 or args.vocab < 1:
         p.error("--prompt-tokens, --max-tokens and --vocab must be at least 1")
+    try:
+        sampling = json.loads(args.sampling)
+    except json.JSONDecodeError as e:
+        p.error(f"--sampling: {e}")
+    if not isinstance(sampling, dict):
+        p.error("--sampling must be a JSON object")
     rng = random.Random(args.seed)
 
     def body():
         return {"prompt": [rng.randrange(args.vocab) for _ in range(args.prompt_tokens)], "max_tokens": args.max_tokens,
-                "temperature": 0, "ignore_eos": True, "stream": True}
+                **sampling, "ignore_eos": True, "stream": True}
 
     results = []
     with serving.Server(args) as url:
@@ -74,7 +83,8 @@ def main():
                             "itl_ms_p50": serving.percentile(gaps, 50), "itl_ms_p99": serving.percentile(gaps, 99)})
 
     server = args.url or "plumb serve " + " ".join(a for a in args.serve_args if a != "--")
-    print(f"{server}: prompts of {args.prompt_tokens} token ids, {args.max_tokens} generated per request (greedy, "
+    drawn = "greedy" if sampling == {"temperature": 0} else json.dumps(sampling)
+    print(f"{server}: prompts of {args.prompt_tokens} token ids, {args.max_tokens} generated per request ({drawn}, "
           f"ignore_eos, streamed); client on {serving.machine()}\n")
     print("| concurrency | requests | requests/s | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
     print("|---|---|---|---|---|---|---|---|")
@@ -85,7 +95,7 @@ def main():
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"benchmark": "bench/server/load.py", "server": server, "prompt_tokens": args.prompt_tokens,
-                       "max_tokens": args.max_tokens, "client": serving.machine(),
+                       "max_tokens": args.max_tokens, "sampling": sampling, "client": serving.machine(),
                        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                        "results": results}, out, indent=2)
         print(f"\nwrote {args.json}")

@@ -50,6 +50,8 @@ class Server:
                 m = re.search(r"listening on (http://[\d.]+:\d+)", line)
                 if m:
                     found["url"] = m.group(1)
+                    # The line after it says what the server reserved (slots, KV pages, step memory).
+                    found["memory"] = next(self.proc.stdout, "").strip()
                     return
 
         reader = threading.Thread(target=read_listening_line, daemon=True)
@@ -66,6 +68,8 @@ class Server:
             why = f"exited with {code}" if code is not None else f"did not start within {self.args.start_timeout:.0f} s"
             sys.exit(f"plumb serve {' '.join(serve_args)} {why}" +
                      (f" (its log: {self.args.server_log})" if self.log else ""))
+        if found["memory"]:
+            print(found["memory"], file=sys.stderr)
         return found["url"]
 
     def __exit__(self, *exc):

@@ -331,11 +331,13 @@ void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts&
   }
   std::vector<SequenceInput> batch(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) batch[i].state = &states[i];
-  // Steps replay a recording of the first (a graph of bucket B) unless --no-graphs.
+  // Steps replay a recording of the first (a graph of bucket B) unless --no-graphs. Each ends with its greedy token
+  // draws, as a served step does on the GPU.
   StepGraphs graphs(model, {!a.no_graphs, {B}});
+  const std::vector<TokenDraw> greedy(static_cast<size_t>(B));
   auto step = [&] {
     for (SequenceInput& s : batch) s.ids = {tokens.next()};
-    graphs.forward(batch);
+    graphs.forward(batch, greedy);
   };
   for (int64_t i = 0; i < a.warmup; ++i) step();
   // Per step: the wall time, and the host's share of it (until the last launch is queued): a step whose host time

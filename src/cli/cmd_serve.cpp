@@ -4,12 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <limits>
-#include <new>
-#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -17,6 +12,7 @@
 #include "cli/device.h"
 #include "cli/model_choice.h"
 #include "cli/parse.h"
+#include "cli/serve_memory.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
@@ -38,74 +34,12 @@ struct ServeArgs {
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
   int64_t kv_pages = 0;        // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
   double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
+  double gpu_memory_utilization = 0.90;  // of the GPU memory free after the weights: what serving may reserve
   std::string log_format = "text";
   double log_interval = 5.0;  // seconds between throughput lines while busy
   server::HttpLimits http;    // connection caps; the timeouts below in seconds
   double request_timeout = http.request_timeout_ms / 1000.0, idle_timeout = http.idle_timeout_ms / 1000.0;
 };
-
-// MemAvailable from /proc/meminfo in bytes: what the host can give without swapping, as the kernel estimates it.
-std::optional<int64_t> host_memory_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return std::nullopt;
-}
-
-// Reserves `pages` KV pages, refusing up front a budget the host cannot hold (CPU devices) and turning a failed
-// allocation on any device into a message with what would fit, instead of std::bad_alloc.
-void reserve_kv_pages(KvPagePool& pool, int64_t pages, const ServeArgs& a) {
-  constexpr double kGiB = static_cast<double>(int64_t{1} << 30);
-  const double bytes = static_cast<double>(pages) * static_cast<double>(pool.page_bytes());
-  const std::string asked =
-      a.kv_pages > 0 ? fmt::format("--kv-pages {}", a.kv_pages) : fmt::format("--kv-cache-gib {}", a.kv_cache_gib);
-  const auto too_much = [&](const std::string& why) {
-    return fmt::format("{}: {} KV pages of {} bytes ({:.3g} GiB) do not fit: {}", asked, pages, pool.page_bytes(),
-                       bytes / kGiB, why);
-  };
-  const std::optional<int64_t> available = a.device.rfind("cpu", 0) == 0 ? host_memory_available() : std::nullopt;
-  if (available && bytes > static_cast<double>(*available)) {
-    const int64_t fit = *available / std::max<int64_t>(1, pool.page_bytes());
-    PLUMB_FAIL("{}", too_much(fmt::format("{:.3g} GiB of memory is available, which holds --kv-pages {} "
-                                          "(--kv-cache-gib {:.3g}) at most",
-                                          static_cast<double>(*available) / kGiB, fit,
-                                          static_cast<double>(fit * pool.page_bytes()) / kGiB)));
-  }
-  try {
-    pool.reserve(pages);
-  } catch (const std::bad_alloc&) {
-    PLUMB_FAIL("{}", too_much("the allocation failed; ask for less"));
-  } catch (const Error& e) {
-    PLUMB_FAIL("{}", too_much(e.what()));
-  }
-}
-
-// KV pages the server admits work for: --kv-pages, else as many as --kv-cache-gib holds, else a full context for
-// every slot. With either flag the model's pool is reserved at start, so serving never grows (and copies) it.
-int64_t serve_kv_pages(const ServeArgs& a, const Qwen3NextModel& model, int64_t context) {
-  PLUMB_CHECK(a.kv_pages >= 0, "--kv-pages must be >= 0, got {}", a.kv_pages);
-  PLUMB_CHECK(std::isfinite(a.kv_cache_gib) && a.kv_cache_gib >= 0.0,
-              "--kv-cache-gib must be a finite number >= 0, got {}", a.kv_cache_gib);
-  KvPagePool& pool = model.kv_pool();
-  int64_t pages = a.kv_pages;
-  if (pages == 0 && a.kv_cache_gib > 0.0 && pool.page_bytes() > 0) {
-    const double fit = a.kv_cache_gib * static_cast<double>(int64_t{1} << 30) / static_cast<double>(pool.page_bytes());
-    PLUMB_CHECK(fit >= 1.0, "--kv-cache-gib {}: less than one KV page ({} bytes)", a.kv_cache_gib, pool.page_bytes());
-    // Page ids are 32-bit: a budget past that is refused here rather than cast out of range.
-    PLUMB_CHECK(fit <= static_cast<double>(std::numeric_limits<int32_t>::max()),
-                "--kv-cache-gib {}: {:.0f} KV pages of {} bytes exceed the 2^31 - 1 page ids", a.kv_cache_gib, fit,
-                pool.page_bytes());
-    pages = static_cast<int64_t>(fit);
-  }
-  if (pages > 0) {
-    reserve_kv_pages(pool, pages, a);
-    return pages;
-  }
-  return a.max_batch * ((context + kKvPageSize - 1) / kKvPageSize);
-}
 
 // The decode batch sizes recorded as graphs: --graph-buckets, else 1, 2, 4, ... up to --max-batch, and --max-batch.
 StepGraphOptions graph_options(const ServeArgs& a) {
@@ -155,7 +89,10 @@ void run_serve(const ServeArgs& a) {
   scheduler.step_tokens = a.max_batch + 4 * a.prefill_chunk;
   // The scheduler counts the model's own pages, so what it admits is what the pool holds.
   scheduler.kv_page_tokens = kKvPageSize;
-  scheduler.kv_pages = serve_kv_pages(a, model, context);
+  const ServeMemory memory = reserve_serve_memory(
+      {a.device, a.max_batch, scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization}, model,
+      runner, context);
+  scheduler.kv_pages = memory.kv_pages;
   Engine engine(runner, scheduler);
 
   server::ServerOptions options;
@@ -174,6 +111,7 @@ void run_serve(const ServeArgs& a) {
   server::Server server(engine, text, options);
   std::printf("plumb serve: listening on http://%s:%u (model \"%s\", device %s, max batch %d)\n", a.host.c_str(),
               static_cast<unsigned>(server.port()), options.model_name.c_str(), a.device.c_str(), a.max_batch);
+  std::printf("%s\n", memory.summary.c_str());
   std::fflush(stdout);
 
   std::thread watcher([&] {
@@ -211,6 +149,9 @@ void register_serve_commands(CLI::App& app) {
                     "KV-cache pages of 64 positions, reserved at start (0: from --kv-cache-gib, else a full context "
                     "for every sequence, allocated as they grow)");
   serve->add_option("--kv-cache-gib", args->kv_cache_gib, "GiB of KV-cache pages to reserve at start");
+  serve->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
+                    "share of the GPU memory free after the weights that serving reserves at start: state slots, "
+                    "step memory, and KV pages in the rest (unless --kv-pages or --kv-cache-gib)");
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
   serve->add_option("--allowed-origins", args->allowed_origins,
                     "origins a browser app may call from (CORS), comma-separated, e.g. https://app.example");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -14,6 +15,7 @@ namespace {
 
 constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI allows
 constexpr int32_t kNoTokenAllowed = -2;  // a row whose constraint allowed no token
+constexpr int32_t kBadDraw = -3;         // a row whose runner drew an id outside the vocabulary
 
 // The drawn token's log-softmax and the `top` most likely tokens' (best first, ties to the lower id), from one row of
 // raw logits [V]; the normalizer is summed in double.
@@ -152,17 +154,38 @@ void Engine::loop() {
   }
 }
 
+namespace {
+
+// A draw the runner can make where the logits are, for a request whose next token needs nothing the host holds:
+// no constraint (its mask is host state), no logprobs (they read the raw row), no penalties (they read the history),
+// no min-p (Backend::sample_tokens has none), and a temperature whose inverse is finite.
+std::optional<TokenDraw> runner_draw(const EngineRequest& r, uint64_t step) {
+  const SamplingParams& p = r.sampling;
+  const bool host_only = r.constraint || r.top_logprobs >= 0 || p.repetition_penalty != 1.0f ||
+                         p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.min_p > 0.0f ||
+                         (p.temperature != 0.0f && !std::isfinite(1.0f / p.temperature));
+  if (host_only) return std::nullopt;
+  return TokenDraw{p.temperature, p.top_k, p.top_p, p.seed, step};
+}
+
+}  // namespace
+
 void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active) {
   std::vector<RunnerEntry> batch;  // [plan.work]
   for (size_t i = 0; i < plan.work.size(); ++i) {
     const ScheduledWork& w = plan.work[i];
-    const auto first = active[i]->tokens.begin() + static_cast<std::ptrdiff_t>(w.start);
-    batch.push_back(RunnerEntry{w.slot, w.start, std::vector<int32_t>(first, first + w.count)});
+    const Active& a = *active[i];
+    const auto first = a.tokens.begin() + static_cast<std::ptrdiff_t>(w.start);
+    RunnerEntry entry{w.slot, w.start, std::vector<int32_t>(first, first + w.count), w.samples, std::nullopt};
+    if (w.samples && runner_.draws_tokens())
+      entry.draw = runner_draw(a.request, static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size()));
+    entry.logits = w.samples && !entry.draw;
+    batch.push_back(std::move(entry));
   }
-  std::vector<float> logits;  // [work, V]
+  RunnerOutput output;
   std::string error;
   try {
-    logits = runner_.forward(batch);
+    output = runner_.forward(batch);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -170,17 +193,31 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
   std::lock_guard lock(mutex_);
   ++steps_;
   const int64_t vocab = runner_.vocab_size();
-  // The draws first, each row on its own host thread (a 248K-token vocabulary takes milliseconds a row); a row's draw
-  // depends on nothing but its own logits, history and step, so the split cannot change a token.
+  std::vector<const float*> rows(plan.work.size(), nullptr);  // [work]: the logits of each entry that has them
+  if (error.empty()) {
+    size_t next = 0;
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (batch[i].logits) rows[i] = output.logits.data() + next++ * static_cast<size_t>(vocab);
+    if (output.drawn.size() != batch.size() || output.logits.size() != next * static_cast<size_t>(vocab))
+      error = fmt::format("the runner returned {} draws and {} logits for {} entries, {} of them with logits",
+                          output.drawn.size(), output.logits.size(), batch.size(), next);
+  }
+  // The host's draws first, each row on its own host thread (a 248K-token vocabulary takes milliseconds a row); a
+  // row's draw depends on nothing but its own logits, history and step, so the split cannot change a token.
   std::vector<int32_t> sampled(plan.work.size(), -1);  // [work]
   if (error.empty()) {
     parallel_for(static_cast<int64_t>(plan.work.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const ScheduledWork& w = plan.work[i];
         if (!w.samples || !active_.count(w.id)) continue;
+        if (batch[i].draw) {
+          const int32_t id = output.drawn[i];
+          sampled[i] = id >= 0 && id < vocab ? id : kBadDraw;
+          continue;
+        }
         const Active& a = *active[i];
         const auto generated = static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size());
-        const float* row = logits.data() + i * static_cast<size_t>(vocab);
+        const float* row = rows[i];
         std::vector<float> masked;  // a copy: the raw row still gives the logprobs
         if (a.request.constraint) {
           masked.assign(row, row + vocab);
@@ -204,8 +241,13 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
       continue;
     }
     if (!w.samples) continue;
-    const float* row = logits.data() + i * static_cast<size_t>(vocab);
     const int32_t id = sampled[i];
+    if (id == kBadDraw) {
+      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError,
+                                          fmt::format("the runner drew token {}, outside the vocabulary of {}",
+                                                      output.drawn[i], vocab)}});
+      continue;
+    }
     if (id == kNoTokenAllowed) {
       events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, "the constraint allows no token here"}});
       continue;
@@ -217,7 +259,7 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     }
     a.tokens.push_back(id);
     GeneratedToken token{id, 0.0f, {}};
-    if (a.request.top_logprobs >= 0) token = token_with_logprobs(row, vocab, id, a.request.top_logprobs);
+    if (a.request.top_logprobs >= 0) token = token_with_logprobs(rows[i], vocab, id, a.request.top_logprobs);
     std::optional<StopCause> finish;
     if (a.request.constraint) {
       if (!a.request.constraint->accept(id)) {

@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace plumb {
@@ -17,7 +19,18 @@ int64_t ModelRunner::max_context() const {
   return model_.config().max_position_embeddings;
 }
 
-std::vector<float> ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
+bool ModelRunner::draws_tokens() const {
+  return model_.backend().device() != Device::kCpu;
+}
+
+void ModelRunner::warm_up(int64_t prefill_tokens) {
+  graphs_.warm_up();
+  if (prefill_tokens < 1) return;
+  SequenceState state = model_.new_sequence(prefill_tokens);
+  graphs_.forward({{&state, std::vector<int32_t>(static_cast<size_t>(prefill_tokens), 0)}}, {TokenDraw{}});
+}
+
+RunnerOutput ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
   try {
     return run(batch);
   } catch (...) {
@@ -30,8 +43,9 @@ std::vector<float> ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
 }
 
 // One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
-std::vector<float> ModelRunner::run(const std::vector<RunnerEntry>& batch) {
+RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
   std::vector<SequenceInput> inputs;
+  std::vector<TokenDraw> draws;  // [entries] when any entry draws: the others draw greedily, unread
   for (const RunnerEntry& e : batch) {
     PLUMB_CHECK(e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size(), "state slot {} out of range", e.slot);
     std::optional<SequenceState>& state = states_[static_cast<size_t>(e.slot)];
@@ -46,14 +60,47 @@ std::vector<float> ModelRunner::run(const std::vector<RunnerEntry>& batch) {
                 e.slot, e.start);
     PLUMB_CHECK(state->position == e.start, "slot {}: asked to continue at {} but the state is at {}", e.slot, e.start,
                 state->position);
+    PLUMB_CHECK(!e.draw || draws_tokens(), "slot {}: the runner on the CPU draws no tokens", e.slot);
     inputs.push_back({&*state, e.tokens});
   }
-  if (inputs.empty()) return {};
-  const Tensor logits = graphs_.forward(inputs);  // [entries, V] in the backend's memory
-  // Copied straight into the vector returned: no host tensor of its own to fill and copy again.
-  std::vector<float> out(static_cast<size_t>(logits.numel()));
-  Tensor host(DType::kF32, logits.shape(), Device::kCpu, out.data(), nullptr);
-  model_.backend().copy(logits, host);
+  RunnerOutput out;
+  if (inputs.empty()) return out;
+  const bool any_draw =
+      std::any_of(batch.begin(), batch.end(), [](const RunnerEntry& e) { return e.draw.has_value(); });
+  if (any_draw)
+    for (const RunnerEntry& e : batch) draws.push_back(e.draw.value_or(TokenDraw{}));
+  const StepOutput step = graphs_.forward(inputs, draws);  // logits [entries, V], ids [entries]
+  Backend& backend = model_.backend();
+  out.drawn.assign(batch.size(), -1);
+  if (any_draw) {
+    std::vector<int32_t> ids(batch.size());
+    Tensor host(DType::kI32, {static_cast<int64_t>(ids.size())}, Device::kCpu, ids.data(), nullptr);
+    backend.copy(step.ids, host);
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (batch[i].draw) out.drawn[i] = ids[i];
+  }
+  // The rows that want logits, copied straight into the vector returned, a run of adjacent rows at a time.
+  const int64_t vocab = step.logits.dim(1);
+  int64_t wanted = 0;
+  for (const RunnerEntry& e : batch) wanted += e.logits ? 1 : 0;
+  out.logits.resize(static_cast<size_t>(wanted * vocab));
+  int64_t filled = 0;
+  for (size_t i = 0; i < batch.size();) {
+    if (!batch[i].logits) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < batch.size() && batch[end].logits) ++end;
+    const auto rows = static_cast<int64_t>(end - i);
+    Tensor host(DType::kF32, {rows, vocab}, Device::kCpu, out.logits.data() + filled * vocab, nullptr);
+    backend.copy(step.logits.rows(static_cast<int64_t>(i), static_cast<int64_t>(end)), host);
+    filled += rows;
+    i = end;
+  }
+  // A step that brings nothing back (prefill chunks only) still ends here: a failure of its kernels surfaces in this
+  // call, which empties its own slots, rather than in a later step's.
+  if (!any_draw && wanted == 0) backend.synchronize();
   return out;
 }
 

@@ -1,6 +1,8 @@
 // The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one batched forward call per step. A
 // slot's KV pages come from the model's pool as its sequence grows and return to it when the slot is released. Steps
-// in which every sequence brings one token replay recorded graphs (StepGraphs) unless graphs are off.
+// in which every sequence brings one token replay recorded graphs (StepGraphs) unless graphs are off. On a GPU the
+// runner draws tokens itself (Backend::sample_tokens, inside a replayed step's graph), so only ids leave the device
+// for rows that need no host draw; the CPU leaves every draw to the engine's host sampler.
 #pragma once
 
 #include <optional>
@@ -17,11 +19,20 @@ class ModelRunner final : public Runner {
   ModelRunner(const Qwen3NextModel& model, int32_t slots, StepGraphOptions graphs = {});
   int64_t vocab_size() const override;
   int64_t max_context() const override;
-  std::vector<float> forward(const std::vector<RunnerEntry>& batch) override;
+  bool draws_tokens() const override;
+  // Runs once what serving runs, so the memory it takes is taken before the rest is counted and reserved: every
+  // graph bucket's recording with its sinks (StepGraphs::warm_up) and one eager step of `prefill_tokens` tokens (the
+  // step memory a full prefill step takes). Its sequences are its own, gone when it returns; the sinks stay.
+  void warm_up(int64_t prefill_tokens);
+  // The largest batch replayed from a graph (0 with graphs off), and the sequences the runner holds beside its slots
+  // once warmed up (the graphs' sinks: a recurrent state slot and a KV page each).
+  int64_t largest_graph_bucket() const { return graphs_.largest_bucket(); }
+  int64_t sink_sequences() const { return graphs_.sinks_needed(); }
+  RunnerOutput forward(const std::vector<RunnerEntry>& batch) override;
   void release(int32_t slot) override;
 
  private:
-  std::vector<float> run(const std::vector<RunnerEntry>& batch);
+  RunnerOutput run(const std::vector<RunnerEntry>& batch);
 
   const Qwen3NextModel& model_;
   std::vector<std::optional<SequenceState>> states_;  // [slots]

@@ -1,10 +1,13 @@
 // What the engine's step loop needs from a model: run many sequences' new tokens, each in its own state slot, and
-// return the logits of each one's last token. ModelRunner (model_runner.h) serves it with Qwen3NextModel; tests
-// serve it with a scripted fake. A batched GPU forward plugs in behind the same interface.
+// return what each one's last token yields: its logits, or a token the runner drew itself. ModelRunner
+// (model_runner.h) serves it with Qwen3NextModel; tests serve it with scripted fakes.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "ops/backend.h"
 
 namespace plumb {
 
@@ -12,6 +15,15 @@ struct RunnerEntry {
   int32_t slot = 0;             // the sequence's state slot
   int64_t start = 0;            // position of tokens[0]; 0 starts a fresh sequence in the slot
   std::vector<int32_t> tokens;  // the new tokens, at positions start, start + 1, ...
+  bool logits = true;           // whether the last token's logits come back (RunnerOutput::logits)
+  // Set: the runner draws the next token from the last token's logits itself (where they are, so they need not
+  // travel) and returns it in RunnerOutput::drawn. Only where Runner::draws_tokens().
+  std::optional<TokenDraw> draw = std::nullopt;
+};
+
+struct RunnerOutput {
+  std::vector<int32_t> drawn;  // [entries]: the token drawn for an entry with a draw, -1 for the others
+  std::vector<float> logits;   // [entries with logits, vocab] row-major, in entry order
 };
 
 class Runner {
@@ -19,10 +31,11 @@ class Runner {
   virtual ~Runner() = default;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_context() const = 0;  // most tokens (prompt + generated) one sequence may hold
-  // Runs every entry and returns the logits of each entry's last token, [entries, vocab] row-major. On failure it
-  // throws plumb::Error and leaves every slot of the batch empty, so nothing half-advanced can be continued: a later
-  // entry for such a slot must start at 0.
-  virtual std::vector<float> forward(const std::vector<RunnerEntry>& batch) = 0;
+  // Whether entries may carry a draw: the runner then draws as Backend::sample_tokens defines it.
+  virtual bool draws_tokens() const { return false; }
+  // Runs every entry. On failure it throws plumb::Error and leaves every slot of the batch empty, so nothing
+  // half-advanced can be continued: a later entry for such a slot must start at 0.
+  virtual RunnerOutput forward(const std::vector<RunnerEntry>& batch) = 0;
   // The sequence in `slot` is gone: its state memory may be freed.
   virtual void release(int32_t slot) = 0;
 };

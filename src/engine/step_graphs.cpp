@@ -42,20 +42,63 @@ std::pair<int64_t, int64_t> StepGraphs::shape_of(const std::vector<SequenceInput
   return {*bucket, std::max(kMinPageStride, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(most_pages))))};
 }
 
-Tensor StepGraphs::forward(const std::vector<SequenceInput>& batch) {
+int64_t StepGraphs::sinks_needed() const {
+  if (!options_.enabled) return 0;
+  int64_t most = 0, below = 0;
+  for (int64_t bucket : options_.buckets) {
+    most = std::max(most, bucket - (below + 1));
+    below = bucket;
+  }
+  return most;
+}
+
+void StepGraphs::warm_up() {
+  if (!options_.enabled || options_.buckets.empty()) return;
+  while (sinks() < sinks_needed()) sinks_.push_back(model_.new_sequence(1));
+  for (int64_t bucket : options_.buckets) {
+    std::vector<SequenceState> rows;
+    for (int64_t i = 0; i < bucket; ++i) rows.push_back(model_.new_sequence(1));
+    std::vector<SequenceInput> batch;
+    for (SequenceState& s : rows) batch.push_back({&s, {0}});
+    // The eager first run, then the recording; back to position 0 between them, so one page holds each.
+    for (int run = 0; run < 2 && recordable_; ++run) {
+      forward(batch, std::vector<TokenDraw>(batch.size()));
+      for (SequenceState& s : rows) s.position = 0;
+    }
+  }
+}
+
+StepOutput StepGraphs::forward(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws) {
+  PLUMB_CHECK(draws.empty() || draws.size() == batch.size(), "a step of {} sequences got {} draws", batch.size(),
+              draws.size());
+  Backend& backend = model_.backend();
+  const auto real = static_cast<int64_t>(batch.size());
   const auto [bucket, stride] = shape_of(batch);
   last_replayed_ = false;
-  if (bucket == 0) return model_.forward(batch, LogitsRows::kLast);
+  if (bucket == 0) {
+    StepOutput out{model_.forward(batch, LogitsRows::kLast), {}};
+    if (!draws.empty()) {
+      out.ids = backend.empty(DType::kI32, {real});
+      backend.sample_tokens(out.logits, draws, out.ids);
+    }
+    return out;
+  }
 
   // Sinks: sequences of their own at position 0, one page each, taking token 0 in the rows past the batch.
-  const auto real = static_cast<int64_t>(batch.size());
   while (static_cast<int64_t>(sinks_.size()) < bucket - real) sinks_.push_back(model_.new_sequence(1));
   std::vector<SequenceInput> rows = batch;
   for (int64_t i = real; i < bucket; ++i) rows.push_back({&sinks_[static_cast<size_t>(i - real)], {0}});
 
-  Tensor logits;  // [bucket, V]
-  const auto step = [&] { logits = model_.forward(rows, LogitsRows::kLast); };
-  Backend& backend = model_.backend();
+  // A recording always draws, so one recording serves steps with and without draws: rows without one (and the
+  // sinks) draw greedily, and a step given no draws drops the ids.
+  std::vector<TokenDraw> row_draws = draws;
+  row_draws.resize(static_cast<size_t>(bucket));
+  StepOutput out;  // [bucket] rows
+  const auto step = [&] {
+    out.logits = model_.forward(rows, LogitsRows::kLast);
+    out.ids = backend.empty(DType::kI32, {bucket});
+    backend.sample_tokens(out.logits, row_draws, out.ids);
+  };
   auto& graph = graphs_[{bucket, stride}];
   if (graph) {
     backend.replay_step(*graph, step);
@@ -78,7 +121,7 @@ Tensor StepGraphs::forward(const std::vector<SequenceInput>& batch) {
     last_kernels_ = recorded->second->kernels();
     last_replayed_ = true;
   }
-  return logits.rows(0, real);
+  return StepOutput{out.logits.rows(0, real), draws.empty() ? Tensor() : out.ids.rows(0, real)};
 }
 
 }  // namespace plumb

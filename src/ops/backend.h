@@ -141,6 +141,11 @@ inline void check_token_draw(const TokenDraw& d, int64_t row) {
   PLUMB_CHECK(d.top_p > 0.0f && d.top_p <= 1.0f, "sample_tokens: row {} has top_p {}, expected (0, 1]", row, d.top_p);
 }
 
+struct MemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
 // A forward pass recorded once and replayed for later batches of the same shape (Backend::record_step): on the GPU, a
 // CUDA graph of every kernel the pass launched.
 class StepGraph {
@@ -182,6 +187,9 @@ class Backend {
   // Returns memory that no tensor holds any longer to the device, where the backend caches it for reuse (after the
   // weights are loaded and rearranged, so that what remains free can be measured and reserved).
   virtual void release_cached_memory() = 0;
+  // The backend's memory as its device reports it: what is free now (after release_cached_memory, what no tensor
+  // holds) and the total. The GPU's from the driver; the CPU's is the host's (MemAvailable and MemTotal).
+  virtual MemoryInfo memory_info() const = 0;
 
   // Memory.
   virtual Tensor zeros(DType dtype, const Shape& shape) = 0;

@@ -1,7 +1,8 @@
 // Recorded decode steps on the GPU (engine/step_graphs.h, Backend::record_step): a step replayed from its graph gives
 // the eager step's logits and states bit for bit, on its first run (the recording), on every replay, after the
 // states are reset and replayed again, for a batch padded up to its bucket, and when the batch moves from bucket 16
-// to bucket 1, which leaves every sequence outside the smaller batch untouched.
+// to bucket 1, which leaves every sequence outside the smaller batch untouched. The token draws a recorded step makes
+// (greedy and sampled rows) are those of Backend::sample_tokens over the eager step's logits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -49,6 +50,19 @@ std::vector<SequenceInput> step_inputs(const Qwen3NextModel& model, std::vector<
   return batch;
 }
 
+// Step `step`'s draws for `count` rows: greedy rows and sampled ones with top-k, top-p and seeds of their own.
+std::vector<TokenDraw> draws(size_t count, int64_t step) {
+  std::vector<TokenDraw> out;
+  for (size_t i = 0; i < count; ++i) {
+    if (i % 2 == 0) {
+      out.push_back({});
+    } else {
+      out.push_back({0.8f, static_cast<int64_t>(i % 3) * 5, 0.9f, 100 + i, static_cast<uint64_t>(step)});
+    }
+  }
+  return out;
+}
+
 std::vector<size_t> first(size_t count) {
   std::vector<size_t> out(count);
   for (size_t i = 0; i < count; ++i) out[i] = i;
@@ -75,21 +89,26 @@ TEST_P(GpuStepGraphs, ReplaysAreBitIdenticalToEagerSteps) {
   // recording, its replays, and the replays again after a reset.
   for (size_t count : {size_t{16}, size_t{3}}) {
     std::vector<SequenceState> eager = forks(model, start);
-    std::vector<std::vector<uint8_t>> eager_logits;
-    for (int64_t step = 0; step < 4; ++step)
-      eager_logits.push_back(
-          bytes_of(backend, model.forward(step_inputs(model, eager, first(count), step), LogitsRows::kLast)));
+    std::vector<std::vector<uint8_t>> eager_logits, eager_ids;
+    for (int64_t step = 0; step < 4; ++step) {
+      const Tensor logits = model.forward(step_inputs(model, eager, first(count), step), LogitsRows::kLast);
+      Tensor ids = backend.empty(DType::kI32, {static_cast<int64_t>(count)});
+      backend.sample_tokens(logits, draws(count, step), ids);
+      eager_logits.push_back(bytes_of(backend, logits));
+      eager_ids.push_back(bytes_of(backend, ids));
+    }
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<SequenceState> graphed = forks(model, start);
       for (int64_t step = 0; step < 4; ++step) {
-        const Tensor logits = graphs.forward(step_inputs(model, graphed, first(count), step));
+        const StepOutput out = graphs.forward(step_inputs(model, graphed, first(count), step), draws(count, step));
         const std::string what =
             "batch " + std::to_string(count) + " pass " + std::to_string(pass) + " step " + std::to_string(step);
         // A shape's first step runs eagerly and its second is recorded; the rest replay.
         if (pass > 0 || step > 0) {
           EXPECT_TRUE(graphs.last_replayed()) << what << " ran eagerly";
         }
-        EXPECT_EQ(bytes_of(backend, logits), eager_logits[static_cast<size_t>(step)]) << what << ": logits differ";
+        EXPECT_EQ(bytes_of(backend, out.logits), eager_logits[static_cast<size_t>(step)]) << what << ": logits differ";
+        EXPECT_EQ(bytes_of(backend, out.ids), eager_ids[static_cast<size_t>(step)]) << what << ": draws differ";
       }
       for (size_t i = 0; i < count; ++i)
         EXPECT_EQ(state_hashes(model, graphed[i]), state_hashes(model, eager[i]))

@@ -62,6 +62,7 @@ class FailingBackend final : public Backend {
   void synchronize() override { cpu_.synchronize(); }
   int64_t kernel_launches() const override { return cpu_.kernel_launches(); }
   void release_cached_memory() override { cpu_.release_cached_memory(); }
+  MemoryInfo memory_info() const override { return cpu_.memory_info(); }
   void concurrently(const std::function<void()>& first, const std::function<void()>& second) override {
     cpu_.concurrently(first, second);
   }
@@ -202,7 +203,7 @@ TEST(FailedForward, EmptiesEverySlotOfTheFailedBatchAndNoOther) {
   const std::vector<RunnerEntry> restart = {{0, 0, slice(a, 0, 20)}, {1, 0, b}, {2, 10, slice(c, 10, 12)}};
   const std::vector<RunnerEntry> resume = {{0, 20, slice(a, 20, 70)}, {1, 9, {4}}, {2, 12, {8}}};
   for (const std::vector<RunnerEntry>* step : {&restart, &resume}) {
-    const std::vector<float> want = clean.forward(*step), got = runner.forward(*step);
+    const std::vector<float> want = clean.forward(*step).logits, got = runner.forward(*step).logits;
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "logit " << i;

@@ -1,6 +1,7 @@
 // StepGraphs on a backend that records nothing (the CPU): every step runs eagerly, a batch padded up to its bucket
 // with sink rows gives each real sequence the logits and states of the unpadded forward pass, and a batch it cannot
-// record (a prefill) is the forward pass itself.
+// record (a prefill) is the forward pass itself. A step given draws also returns each row's token as sample_tokens
+// draws it from the step's logits.
 #include "engine/step_graphs.h"
 
 #include <gtest/gtest.h>
@@ -36,11 +37,16 @@ TEST(StepGraphs, EagerOnTheCpuAndPaddingChangesNoBit) {
       a.push_back({&plain[static_cast<size_t>(i)], {id}});
       b.push_back({&padded[static_cast<size_t>(i)], {id}});
     }
+    const std::vector<TokenDraw> draws{{}, {0.9f, 0, 0.8f, 7, static_cast<uint64_t>(step)}, {1.5f, 3, 1.0f, 9, 0}};
     const Tensor want = model.forward(a, LogitsRows::kLast);  // [3, V]
-    const Tensor got = graphs.forward(b);                     // [3, V] of a bucket of 4
+    const StepOutput got = graphs.forward(b, draws);          // [3, V] of a bucket of 4
     EXPECT_FALSE(graphs.last_replayed()) << "the CPU backend records nothing";
-    ASSERT_EQ(got.shape(), want.shape());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0) << "step " << step << ": logits differ";
+    ASSERT_EQ(got.logits.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(got.logits.data(), want.data(), want.nbytes()), 0) << "step " << step << ": logits differ";
+    Tensor want_ids = backend.empty(DType::kI32, {3});
+    backend.sample_tokens(want, draws, want_ids);
+    ASSERT_EQ(got.ids.shape(), want_ids.shape());
+    EXPECT_EQ(std::memcmp(got.ids.data(), want_ids.data(), want_ids.nbytes()), 0) << "step " << step;
   }
   EXPECT_EQ(graphs.recordings(), 0);
   for (size_t i = 0; i < plain.size(); ++i)

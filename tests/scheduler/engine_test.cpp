@@ -42,8 +42,8 @@ EngineRequest request(int32_t first, int64_t prompt_length, int64_t max_tokens) 
 // 32 requests with distinct prompts of every length, so prefill chunks and decode rows share the steps: each one's
 // tokens among the 31 others must be its tokens alone. No two requests' tokens are alike, so a stream handed another
 // one's tokens shows. With sampling every request draws with its own seed, the rows of a step on host threads of
-// their own.
-void expect_each_same_alone_and_among_31_others(const SamplingParams& sampling) {
+// their own. With `draws` the runner draws the tokens (as on a GPU), and returns no logits.
+void expect_each_same_alone_and_among_31_others(const SamplingParams& sampling, bool draws = false) {
   std::vector<EngineRequest> requests;
   for (int i = 0; i < 32; ++i) {
     requests.push_back(request(i, 5 + 3 * i, 10 + i));
@@ -52,7 +52,7 @@ void expect_each_same_alone_and_among_31_others(const SamplingParams& sampling) 
   }
   std::vector<Outcome> alone;
   for (const EngineRequest& r : requests) {
-    test::FakeRunner runner(kVocab, 512);
+    test::FakeRunner runner(kVocab, 512, {}, draws);
     Engine engine(runner, engine_config());
     const Submission s = engine.submit(r);
     ASSERT_EQ(s.status, SubmitStatus::kQueued);
@@ -64,7 +64,7 @@ void expect_each_same_alone_and_among_31_others(const SamplingParams& sampling) 
     for (size_t j = i + 1; j < alone.size(); ++j)
       ASSERT_NE(alone[i].tokens, alone[j].tokens) << "requests " << i << " and " << j << " would not tell apart";
 
-  test::FakeRunner runner(kVocab, 512);
+  test::FakeRunner runner(kVocab, 512, {}, draws);
   Engine engine(runner, engine_config());
   std::vector<Submission> together;
   for (const EngineRequest& r : requests) together.push_back(engine.submit(r));
@@ -75,11 +75,24 @@ void expect_each_same_alone_and_among_31_others(const SamplingParams& sampling) 
     EXPECT_EQ(among.finish, StopCause::kLength) << "request " << i;
   }
   // Every prompt ran in chunks at multiples of 16 although 32 requests competed for each step's budget.
+  // An entry asks for logits only where the host draws from them, and for a draw only where the runner draws.
+  int64_t drawn = 0;
   for (const RunnerEntry& e : runner.calls()) {
     if (e.tokens.size() > 1) {
       EXPECT_EQ(e.start % 16, 0) << "a chunk starts at " << e.start;
     }
+    EXPECT_FALSE(e.logits && e.draw) << "slot " << e.slot << " at " << e.start;
+    EXPECT_EQ(e.draw.has_value(), draws && (e.logits || e.draw)) << "slot " << e.slot << " at " << e.start;
+    drawn += e.draw ? 1 : 0;
   }
+  // Every request's every token but none of the prompts' first chunks (a prompt of 5 + 3i tokens over 16-token chunks).
+  int64_t samples = 0, mid_prompt_chunks = 0;
+  for (const EngineRequest& r : requests) {
+    samples += r.max_tokens;
+    mid_prompt_chunks += (std::ssize(r.prompt) - 1) / 16;
+  }
+  EXPECT_EQ(std::ssize(runner.calls()) - mid_prompt_chunks, samples);
+  EXPECT_EQ(drawn, draws ? samples : 0);
   EXPECT_EQ(engine.stats().state_slots_used, 0);
   EXPECT_EQ(engine.stats().kv_pages_used, 0);
 }
@@ -258,6 +271,78 @@ TEST(Engine, StopEndsEveryRequestAndRefusesNewOnes) {
     EXPECT_EQ(drain(*s.stream).finish, StopCause::kShutdown);
   }
   EXPECT_EQ(engine.submit(request(1, 3, 2)).status, SubmitStatus::kShuttingDown);
+}
+
+TEST(Engine, TokensTheRunnerDrawsAreTheSameAloneAndAmong31Others) {
+  expect_each_same_alone_and_among_31_others(SamplingParams{}, /*draws=*/true);
+  expect_each_same_alone_and_among_31_others(SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 11}, true);
+  expect_each_same_alone_and_among_31_others(SamplingParams{.temperature = 0.7f, .top_k = 9, .seed = 5}, true);
+}
+
+// A greedy draw is the first largest logit wherever it is made, so the runner's greedy tokens are the host's.
+TEST(Engine, GreedyTokensTheRunnerDrawsAreTheHostsDraws) {
+  for (int i = 0; i < 8; ++i) {
+    std::vector<Outcome> outcomes;
+    for (bool draws : {false, true}) {
+      test::FakeRunner runner(kVocab, 512, {}, draws);
+      Engine engine(runner, engine_config());
+      const Submission s = engine.submit(request(i, 3 + 5 * i, 24));
+      ASSERT_EQ(s.status, SubmitStatus::kQueued);
+      outcomes.push_back(drain(*s.stream));
+    }
+    EXPECT_EQ(outcomes[0].tokens, outcomes[1].tokens) << "request " << i;
+    EXPECT_EQ(outcomes[1].finish, StopCause::kLength);
+  }
+}
+
+// What the runner cannot draw (it needs the history, the raw logits, a constraint or min-p) the host draws.
+TEST(Engine, TheHostDrawsWhatNeedsTheHost) {
+  std::vector<EngineRequest> host_only(6, request(3, 4, 3));
+  host_only[0].top_logprobs = 0;
+  host_only[1].sampling.repetition_penalty = 1.2f;
+  host_only[2].sampling.presence_penalty = 0.5f;
+  host_only[3].sampling.frequency_penalty = 0.5f;
+  host_only[4].sampling = SamplingParams{.temperature = 1.0f, .min_p = 0.1f, .seed = 2};
+  host_only[5].constraint = std::make_shared<StepwiseConstraint>(8);
+  for (EngineRequest& r : host_only) {
+    test::FakeRunner runner(kVocab, 512, {}, /*draws=*/true);
+    Engine engine(runner, engine_config());
+    const Submission s = engine.submit(r);
+    ASSERT_EQ(s.status, SubmitStatus::kQueued);
+    EXPECT_EQ(drain(*s.stream).tokens.size(), 3u);
+    for (const RunnerEntry& e : runner.calls()) {
+      EXPECT_FALSE(e.draw.has_value());
+      EXPECT_TRUE(e.logits);
+    }
+  }
+}
+
+// A runner whose draw is outside the vocabulary ends the request with an error rather than streaming the id.
+class OutOfVocabularyRunner final : public Runner {
+ public:
+  int64_t vocab_size() const override { return kVocab; }
+  int64_t max_context() const override { return 512; }
+  bool draws_tokens() const override { return true; }
+  RunnerOutput forward(const std::vector<RunnerEntry>& batch) override {
+    RunnerOutput out;
+    for (const RunnerEntry& e : batch) {
+      out.drawn.push_back(e.draw ? static_cast<int32_t>(kVocab) : -1);
+      if (e.logits) out.logits.resize(out.logits.size() + kVocab);
+    }
+    return out;
+  }
+  void release(int32_t) override {}
+};
+
+TEST(Engine, ADrawOutsideTheVocabularyEndsTheRequestWithAnError) {
+  OutOfVocabularyRunner runner;
+  Engine engine(runner, engine_config());
+  const Submission s = engine.submit(request(1, 3, 4));
+  ASSERT_EQ(s.status, SubmitStatus::kQueued);
+  const Outcome o = drain(*s.stream);
+  EXPECT_TRUE(o.tokens.empty());
+  EXPECT_EQ(o.finish, StopCause::kError);
+  EXPECT_NE(o.error.find("outside the vocabulary"), std::string::npos) << o.error;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // A Runner for tests: logits are a pure function of a sequence's whole token history, so any mix-up of slots,
-// positions or chunks shows up in the tokens drawn. It records every call to check what the engine asked for.
+// positions or chunks shows up in the tokens drawn. It records every call to check what the engine asked for. Made
+// with `draws`, it draws tokens itself as a GPU runner does, with the CPU reference's Backend::sample_tokens.
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "engine/runner.h"
@@ -18,26 +20,31 @@ namespace plumb::test {
 class FakeRunner final : public Runner {
  public:
   // `step_time`: how long each forward call takes, so a test can catch requests while they run.
-  FakeRunner(int64_t vocab, int64_t context, std::chrono::microseconds step_time = {})
-      : vocab_(vocab), context_(context), step_time_(step_time) {}
+  FakeRunner(int64_t vocab, int64_t context, std::chrono::microseconds step_time = {}, bool draws = false)
+      : vocab_(vocab), context_(context), step_time_(step_time), draws_(draws) {}
   int64_t vocab_size() const override { return vocab_; }
   int64_t max_context() const override { return context_; }
+  bool draws_tokens() const override { return draws_; }
 
-  std::vector<float> forward(const std::vector<RunnerEntry>& batch) override {
+  RunnerOutput forward(const std::vector<RunnerEntry>& batch) override {
     std::this_thread::sleep_for(step_time_);
     std::lock_guard lock(mutex_);
-    std::vector<float> logits;  // [entries, V]
+    RunnerOutput out;
     for (const RunnerEntry& e : batch) {
       std::vector<int32_t>& history = slots_[e.slot];
       if (e.start == 0) history.clear();
       PLUMB_CHECK(static_cast<int64_t>(history.size()) == e.start, "fake runner: slot {} holds {} tokens, not {}",
                   e.slot, history.size(), e.start);
+      PLUMB_CHECK(!e.draw || draws_, "fake runner: asked to draw although it does not");
       history.insert(history.end(), e.tokens.begin(), e.tokens.end());
       calls_.push_back(e);
       const uint64_t h = fnv1a64(history.data(), history.size() * sizeof(int32_t));
-      for (int64_t v = 0; v < vocab_; ++v) logits.push_back(static_cast<float>((h >> (v % 48)) % 97) * 0.1f);
+      std::vector<float> row;  // [V]
+      for (int64_t v = 0; v < vocab_; ++v) row.push_back(static_cast<float>((h >> (v % 48)) % 97) * 0.1f);
+      out.drawn.push_back(e.draw ? draw(row, *e.draw) : -1);
+      if (e.logits) out.logits.insert(out.logits.end(), row.begin(), row.end());
     }
-    return logits;
+    return out;
   }
   void release(int32_t slot) override {
     std::lock_guard lock(mutex_);
@@ -50,9 +57,19 @@ class FakeRunner final : public Runner {
   }
 
  private:
+  int32_t draw(std::vector<float>& row, const TokenDraw& d) {
+    int32_t id = -1;
+    Tensor logits(DType::kF32, {1, vocab_}, Device::kCpu, row.data(), nullptr);
+    Tensor ids(DType::kI32, {1}, Device::kCpu, &id, nullptr);
+    backend_.sample_tokens(logits, {d}, ids);
+    return id;
+  }
+
   int64_t vocab_;
   int64_t context_;
   std::chrono::microseconds step_time_;
+  bool draws_;
+  CpuBackend backend_;
   std::mutex mutex_;
   std::map<int32_t, std::vector<int32_t>> slots_;
   std::vector<RunnerEntry> calls_;

@@ -6,10 +6,16 @@
 
 namespace plumb::test {
 
-std::vector<float> EosRunner::forward(const std::vector<RunnerEntry>& batch) {
-  std::vector<float> logits(batch.size() * static_cast<size_t>(vocab_), 0.0f);  // [entries, V]
-  for (size_t i = 0; i < batch.size(); ++i) logits[i * static_cast<size_t>(vocab_) + static_cast<size_t>(eos_)] = 30.0f;
-  return logits;
+RunnerOutput EosRunner::forward(const std::vector<RunnerEntry>& batch) {
+  RunnerOutput out;
+  for (const RunnerEntry& e : batch) {
+    out.drawn.push_back(-1);
+    if (!e.logits) continue;
+    std::vector<float> row(static_cast<size_t>(vocab_), 0.0f);  // [V]
+    row[static_cast<size_t>(eos_)] = 30.0f;
+    out.logits.insert(out.logits.end(), row.begin(), row.end());
+  }
+  return out;
 }
 
 ServedModelFixture::ServedModelFixture(ServerOptions options) {

@@ -19,7 +19,7 @@ class EosRunner final : public Runner {
   EosRunner(int64_t vocab, int32_t eos) : vocab_(vocab), eos_(eos) {}
   int64_t vocab_size() const override { return vocab_; }
   int64_t max_context() const override { return 4096; }
-  std::vector<float> forward(const std::vector<RunnerEntry>& batch) override;
+  RunnerOutput forward(const std::vector<RunnerEntry>& batch) override;
   void release(int32_t) override {}
 
  private:

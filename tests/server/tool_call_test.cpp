@@ -23,14 +23,18 @@ class ScriptedRunner final : public Runner {
       : vocab_(vocab), prompt_length_(prompt_length), script_(std::move(script)) {}
   int64_t vocab_size() const override { return vocab_; }
   int64_t max_context() const override { return 4096; }
-  std::vector<float> forward(const std::vector<RunnerEntry>& batch) override {
-    std::vector<float> logits(batch.size() * static_cast<size_t>(vocab_), 0.0f);  // [entries, V]
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t produced = batch[i].start + static_cast<int64_t>(batch[i].tokens.size()) - prompt_length_;
+  RunnerOutput forward(const std::vector<RunnerEntry>& batch) override {
+    RunnerOutput out;
+    for (const RunnerEntry& e : batch) {
+      out.drawn.push_back(-1);
+      if (!e.logits) continue;
+      const int64_t produced = e.start + static_cast<int64_t>(e.tokens.size()) - prompt_length_;
       const size_t next = static_cast<size_t>(std::clamp<int64_t>(produced, 0, std::ssize(script_) - 1));
-      logits[i * static_cast<size_t>(vocab_) + static_cast<size_t>(script_[next])] = 30.0f;
+      std::vector<float> row(static_cast<size_t>(vocab_), 0.0f);  // [V]
+      row[static_cast<size_t>(script_[next])] = 30.0f;
+      out.logits.insert(out.logits.end(), row.begin(), row.end());
     }
-    return logits;
+    return out;
   }
   void release(int32_t) override {}
 

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -55,6 +58,22 @@ void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
   PLUMB_CHECK(a.numel() == b.numel(), "{}: operands hold {} and {} elements", op, a.numel(), b.numel());
 }
 }  // namespace
+
+// From /proc/meminfo: MemAvailable is what the host can give without swapping, as the kernel estimates it. Zeros
+// where the file is missing (not Linux), which a caller sizing a budget from it refuses.
+MemoryInfo CpuBackend::memory_info() const {
+  std::ifstream in("/proc/meminfo");
+  MemoryInfo info;
+  std::string line, key;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    int64_t kib = 0;
+    if (!(fields >> key >> kib)) continue;
+    if (key == "MemAvailable:") info.free_bytes = kib * 1024;
+    if (key == "MemTotal:") info.total_bytes = kib * 1024;
+  }
+  return info;
+}
 
 Tensor CpuBackend::zeros(DType dtype, const Shape& shape) {
   return Tensor::zeros(dtype, shape);

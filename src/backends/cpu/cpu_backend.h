@@ -32,6 +32,7 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   int64_t kernel_launches() const override { return 0; }
   void release_cached_memory() override {}
+  MemoryInfo memory_info() const override;
   void concurrently(const std::function<void()>& first, const std::function<void()>& second) override {
     first();
     second();

@@ -258,6 +258,12 @@ void CudaBackend::release_cached_memory() {
   pool_->release_cached();
 }
 
+MemoryInfo CudaBackend::memory_info() const {
+  size_t free = 0, total = 0;
+  cuda_check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+}
+
 std::shared_ptr<void> CudaBackend::scratch(size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
   // The arena owns a step's memory: its blocks go back when the next step starts over, not when freed.

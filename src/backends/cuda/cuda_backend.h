@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   int64_t kernel_launches() const override;
   void release_cached_memory() override;
+  MemoryInfo memory_info() const override;
   void concurrently(const std::function<void()>& first, const std::function<void()>& second) override;
   std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override;
   void replay_step(StepGraph& graph, const std::function<void()>& step) override;
