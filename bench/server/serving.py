@@ -44,19 +44,26 @@ class Server:
         self.proc = subprocess.Popen([self.args.plumb, "serve", "--host", "127.0.0.1", "--port", "0", *serve_args],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         found = {}
+        listening, memory_line = threading.Event(), threading.Event()
 
         def read_listening_line():
             for line in self.proc.stdout:
                 m = re.search(r"listening on (http://[\d.]+:\d+)", line)
                 if m:
                     found["url"] = m.group(1)
-                    # The line after it says what the server reserved (slots, KV pages, step memory).
-                    found["memory"] = next(self.proc.stdout, "").strip()
-                    return
+                    listening.set()
+                    break
+            # The line after it, from builds that print one, says what the server reserved (slots, KV pages, step
+            # memory); stdout is drained to its end either way. A server that exits first ends the wait too.
+            listening.set()
+            for line in self.proc.stdout:
+                if "memory" not in found:
+                    found["memory"] = line.strip()
+                    memory_line.set()
 
         reader = threading.Thread(target=read_listening_line, daemon=True)
         reader.start()
-        reader.join(self.args.start_timeout)
+        listening.wait(self.args.start_timeout)
         if "url" not in found:
             code = None
             if not reader.is_alive():  # its stdout closed: it is exiting
@@ -68,7 +75,7 @@ class Server:
             why = f"exited with {code}" if code is not None else f"did not start within {self.args.start_timeout:.0f} s"
             sys.exit(f"plumb serve {' '.join(serve_args)} {why}" +
                      (f" (its log: {self.args.server_log})" if self.log else ""))
-        if found["memory"]:
+        if memory_line.wait(2):
             print(found["memory"], file=sys.stderr)
         return found["url"]
 
