@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -72,6 +73,9 @@ void run_serve(const ServeArgs& a) {
   const server::LogFormat log_format = server::parse_log_format(a.log_format);
   PLUMB_CHECK(a.log_interval >= 0.0 && a.log_interval <= 86400.0,
               "--log-interval must be in [0, 86400] seconds, got {}", a.log_interval);
+  PLUMB_CHECK(
+      std::isfinite(a.gpu_memory_utilization) && a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0,
+      "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
   const auto backend = make_backend(a.device);
   // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
   const Qwen3NextModel model = a.model.open(*backend, a.check_weights, /*quiet=*/true);

@@ -12,10 +12,6 @@ namespace {
 
 constexpr double kGiB = static_cast<double>(int64_t{1} << 30);
 
-int64_t pages_for(int64_t tokens) {
-  return (tokens + kKvPageSize - 1) / kKvPageSize;
-}
-
 // The pages --kv-pages or --kv-cache-gib ask for; 0 when neither is given.
 int64_t asked_kv_pages(const ServeMemoryOptions& o, const KvPagePool& pool) {
   PLUMB_CHECK(o.kv_pages >= 0, "--kv-pages must be >= 0, got {}", o.kv_pages);
@@ -67,15 +63,12 @@ std::string asked_flag(const ServeMemoryOptions& o) {
 
 ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextModel& model, ModelRunner& runner,
                                  int64_t context) {
-  PLUMB_CHECK(
-      std::isfinite(o.gpu_memory_utilization) && o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0,
-      "--gpu-memory-utilization must be in (0, 1], got {}", o.gpu_memory_utilization);
   Backend& backend = model.backend();
   KvPagePool& kv = model.kv_pool();
   RecurrentStatePool& states = model.recurrent_pool();
   const int64_t asked = asked_kv_pages(o, kv);
   // A sequence never holds more than a full context's pages, so more than that for every slot is never used.
-  const int64_t most_useful = o.max_batch * pages_for(context);
+  const int64_t most_useful = o.max_batch * kv_pages_for(context);
 
   if (backend.device() == Device::kCpu) {
     states.reserve(o.max_batch);
@@ -97,7 +90,7 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   const int64_t sinks = runner.sink_sequences();
   try {
     states.reserve(o.max_batch + sinks);
-    kv.reserve(sinks + std::max(largest_bucket, pages_for(o.step_tokens)));
+    kv.reserve(sinks + std::max(largest_bucket, kv_pages_for(o.step_tokens)));
     runner.warm_up(o.step_tokens);
   } catch (const Error& e) {
     PLUMB_FAIL(
@@ -106,7 +99,7 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
         o.device, o.max_batch, static_cast<double>(after_weights.free_bytes) / kGiB, e.what());
   }
   PLUMB_CHECK(states.capacity() == o.max_batch + sinks &&
-                  kv.capacity() == sinks + std::max(largest_bucket, pages_for(o.step_tokens)),
+                  kv.capacity() == sinks + std::max(largest_bucket, kv_pages_for(o.step_tokens)),
               "plumb serve: the warm-up grew the state pool to {} slots and the KV pool to {} pages", states.capacity(),
               kv.capacity());
   const MemoryInfo after_warm_up = backend.memory_info();
@@ -129,11 +122,13 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
                    asked > 0 ? asked_flag(o) : fmt::format("--gpu-memory-utilization {}", o.gpu_memory_utilization));
   return {pages, fmt::format("plumb serve: reserved {} sequence slots ({:.3g} GiB of recurrent state), {} KV pages of "
                              "{} positions ({:.3g} GiB, {} positions), {:.3g} GiB of step memory; {:.3g} GiB was free "
-                             "after the weights, the budget is {} of it",
+                             "after the weights, {}",
                              o.max_batch, state_bytes / kGiB, pages, kKvPageSize,
                              static_cast<double>(pages + sinks) * static_cast<double>(kv.page_bytes()) / kGiB,
                              pages * kKvPageSize, (held - state_bytes) / kGiB,
-                             static_cast<double>(after_weights.free_bytes) / kGiB, o.gpu_memory_utilization)};
+                             static_cast<double>(after_weights.free_bytes) / kGiB,
+                             asked > 0 ? fmt::format("the pages as {} asks", asked_flag(o))
+                                       : fmt::format("the budget is {} of it", o.gpu_memory_utilization))};
 }
 
 }  // namespace plumb::cli

@@ -17,7 +17,8 @@ struct ServeMemoryOptions {
   int64_t step_tokens = 0;               // the most tokens one step runs (the prefill warm-up's size)
   int64_t kv_pages = 0;                  // --kv-pages (0: unset)
   double kv_cache_gib = 0.0;             // --kv-cache-gib (0: unset)
-  double gpu_memory_utilization = 0.90;  // share of the GPU memory free after the weights that serving may take
+  double gpu_memory_utilization = 0.90;  // in (0, 1] (checked by the caller): the share of the GPU memory free after
+                                         // the weights that serving may take
 };
 
 struct ServeMemory {

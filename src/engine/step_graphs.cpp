@@ -11,10 +11,6 @@ namespace {
 // The fewest page-table entries a recording gives a sequence: short sequences share one recording.
 constexpr int64_t kMinPageStride = 16;
 
-int64_t pages_for(int64_t tokens) {
-  return (tokens + kKvPageSize - 1) / kKvPageSize;
-}
-
 }  // namespace
 
 StepGraphs::StepGraphs(const Qwen3NextModel& model, StepGraphOptions options)
@@ -34,7 +30,7 @@ std::pair<int64_t, int64_t> StepGraphs::shape_of(const std::vector<SequenceInput
   int64_t most_pages = 1, new_pages = 0;
   for (const SequenceInput& in : batch) {
     if (in.ids.size() != 1 || !in.state) return {0, 0};
-    const int64_t pages = pages_for(in.state->position + 1);
+    const int64_t pages = kv_pages_for(in.state->position + 1);
     most_pages = std::max(most_pages, pages);
     new_pages += std::max<int64_t>(0, pages - static_cast<int64_t>(in.state->kv_pages.ids().size()));
   }

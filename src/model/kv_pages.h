@@ -15,6 +15,11 @@
 
 namespace plumb {
 
+// KV pages that hold `tokens` positions.
+constexpr int64_t kv_pages_for(int64_t tokens) {
+  return (tokens + kKvPageSize - 1) / kKvPageSize;
+}
+
 class KvPagePool {
  public:
   // Pools for the layers marked in attention_layers (the others get none), each of `kv_heads` heads of `head_dim`

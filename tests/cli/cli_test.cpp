@@ -417,6 +417,14 @@ TEST_F(Cli, DeepConversationIsRefused) {
       "conversation.json line 1: JSON nests deeper than 256 levels (the limit)");
 }
 
+TEST_F(Cli, AMemoryUtilizationOutsideZeroToOneIsRefusedBeforeTheLoad) {
+  for (const char* value : {"0", "1.5", "-0.2"}) {
+    const Outcome r =
+        run("serve --model " + test::source_dir() + "/models/default --port 0 --gpu-memory-utilization " + value);
+    expect_clean_failure(r, "--gpu-memory-utilization must be in (0, 1], got ");
+  }
+}
+
 TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
   const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
   expect_clean_failure(r, "--kv-cache-gib 100000: ");
