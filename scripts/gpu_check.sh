@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab] [profile]
+#   bash scripts/gpu_check.sh [linear] [sampler] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab]
+#     [profile]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
 #           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
+# sampler   bench/sampler/gpu_sampler_bench.cpp: the GPU token draw per sampling setting and row count against the
+#           floor of reading the logits, beside the CPU reference's draw of the same rows (same ids counted)
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
@@ -36,7 +39,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear harness e2e sanitize bench serve heldout demo profile"
+default_steps="linear sampler harness e2e sanitize bench serve heldout demo profile"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -61,6 +64,12 @@ if want linear; then
   "$bin/stream_ceiling" "$out/stream_ceiling.json" 2>&1 | tee "$out/stream_ceiling.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
   record linear "$([ "$code" = 0 ] && echo pass || echo FAIL)"
+fi
+
+if want sampler; then
+  echo "== sampler"
+  "$bin/plumb_gpu_sampler_bench" "$out/gpu_sampler.json" 2>&1 | tee "$out/gpu_sampler.log"
+  record sampler "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
 
 if want harness; then

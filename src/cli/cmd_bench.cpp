@@ -53,6 +53,7 @@ struct BenchArgs {
   int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, kernel_repeats = 10, copy_mib = 0;
   double tensor_rate_tflops = 0;
   uint64_t seed = kSyntheticSeed;
+  TokenDraw draw;  // every decode step's draw of each row (greedy unless --temperature)
 };
 
 double median(std::vector<double> v) {
@@ -331,13 +332,14 @@ void bench_decode(Context& ctx, const Qwen3NextModel& model, const WeightCounts&
   }
   std::vector<SequenceInput> batch(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) batch[i].state = &states[i];
-  // Steps replay a recording of the first (a graph of bucket B) unless --no-graphs. Each ends with its greedy token
-  // draws, as a served step does on the GPU.
+  // Steps replay a recording of the first (a graph of bucket B) unless --no-graphs. Each ends with its rows' token
+  // draws (greedy unless --temperature), as a served step does on the GPU.
   StepGraphs graphs(model, {!a.no_graphs, {B}});
-  const std::vector<TokenDraw> greedy(static_cast<size_t>(B));
+  std::vector<TokenDraw> draws(static_cast<size_t>(B), a.draw);
   auto step = [&] {
     for (SequenceInput& s : batch) s.ids = {tokens.next()};
-    graphs.forward(batch, greedy);
+    for (TokenDraw& d : draws) ++d.step;
+    graphs.forward(batch, draws);
   };
   for (int64_t i = 0; i < a.warmup; ++i) step();
   // Per step: the wall time, and the host's share of it (until the last launch is queued): a step whose host time
@@ -693,6 +695,11 @@ void run_bench(const BenchArgs& a) {
   PLUMB_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be at least 1 and --warmup at least 0");
   PLUMB_CHECK(a.prefill_repeats >= 1 && a.kernel_repeats >= 1, "--prefill-repeats and --kernel-repeats must be >= 1");
   PLUMB_CHECK(a.tensor_rate_tflops >= 0, "--tensor-rate-tflops must not be negative");
+  PLUMB_CHECK(std::isfinite(a.draw.temperature) && a.draw.temperature >= 0.0f &&
+                  (a.draw.temperature == 0.0f || std::isfinite(1.0f / a.draw.temperature)),
+              "--temperature must be 0 or a finite positive number, got {}", a.draw.temperature);
+  PLUMB_CHECK(a.draw.top_k >= 0, "--top-k must not be negative, got {}", a.draw.top_k);
+  PLUMB_CHECK(a.draw.top_p > 0.0f && a.draw.top_p <= 1.0f, "--top-p must be in (0, 1], got {}", a.draw.top_p);
   const std::vector<int64_t> batches = parse_sizes(a.batches, "--batches");
   const std::vector<int64_t> prefills = parse_sizes(a.prefill, "--prefill");
   parse_sizes(a.kernel_batches, "--kernel-batches");  // fail on a bad list before the long setup
@@ -722,6 +729,7 @@ void run_bench(const BenchArgs& a) {
                     {"prefill_repeats", a.prefill_repeats},
                     {"kernel_repeats", a.kernel_repeats},
                     {"seed", a.seed},
+                    {"draw", {{"temperature", a.draw.temperature}, {"top_k", a.draw.top_k}, {"top_p", a.draw.top_p}}},
                     {"tensor_rate_tflops", ctx.tensor_rate ? json(a.tensor_rate_tflops) : json(nullptr)}};
   out["formulas"] = {
       {"floor",
@@ -806,6 +814,9 @@ void register_bench_commands(CLI::App& app) {
   bench->add_option("--copy-mib", args->copy_mib, "copy-bandwidth buffer in MiB (default 2048; 64 on the cpu)");
   bench->add_option("--tensor-rate-tflops", args->tensor_rate_tflops, "tensor-core rate for compute floors");
   bench->add_option("--seed", args->seed, "seed of the synthetic weights and token ids");
+  bench->add_option("--temperature", args->draw.temperature, "each decode step's token draw (0: greedy)");
+  bench->add_option("--top-k", args->draw.top_k, "the draw's top-k (0: off)");
+  bench->add_option("--top-p", args->draw.top_p, "the draw's top-p (1: off)");
   bench->add_option("--json", args->json_path, "write every number to this JSON file");
   bench->add_option("--device-name", args->device_name, "the device's name for the report");
   bench->add_option("--commit", args->commit, "the git commit measured, for the report");

@@ -425,6 +425,13 @@ TEST_F(Cli, AMemoryUtilizationOutsideZeroToOneIsRefusedBeforeTheLoad) {
   }
 }
 
+TEST_F(Cli, ABenchDrawNoBackendTakesIsRefusedByItsFlag) {
+  expect_clean_failure(run("bench --device cpu --synthetic --model tiny --temperature -1"),
+                       "--temperature must be 0 or a finite positive number, got -1");
+  expect_clean_failure(run("bench --device cpu --synthetic --model tiny --top-k -3"), "--top-k must not be negative");
+  expect_clean_failure(run("bench --device cpu --synthetic --model tiny --top-p 1.5"), "--top-p must be in (0, 1]");
+}
+
 TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
   const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
   expect_clean_failure(r, "--kv-cache-gib 100000: ");
