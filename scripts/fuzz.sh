@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds the tokenizer, HTTP request parser, checkpoint (config.json, safetensors header and index) and request-body
-# (OpenAI fields, structured-output grammars) libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and
-# runs each for a bounded time (all but the tokenizer's a quarter of it). Exits non-zero on a crash, a hang (-timeout), a
-# sanitizer report, a failed invariant (the harness's own or a PLUMB_INTERNAL_CHECK), or fixtures that fail to load,
-# which two planted controls check first; the crashing input is left in build-fuzz/ (crash-*, timeout-*) for
-# reproduction with `build-fuzz/tokenizer_fuzz <file>` (or http_fuzz, checkpoint_fuzz, request_fuzz).
+# Builds the tokenizer, tokenizer.json, HTTP request parser, checkpoint (config.json, safetensors header and index) and
+# request-body (OpenAI fields, structured-output grammars) libFuzzer targets with clang
+# (-fsanitize=fuzzer,address,undefined) and runs each for a bounded time (all but the tokenizer's a quarter of it).
+# Exits non-zero on a crash, a hang (-timeout), a sanitizer report, a failed invariant (the harness's own or a
+# PLUMB_INTERNAL_CHECK), or fixtures that fail to load, which two planted controls check first; the crashing input is
+# left in build-fuzz/ (crash-*, timeout-*) for reproduction with `build-fuzz/tokenizer_fuzz <file>` (or
+# tokenizer_json_fuzz, http_fuzz, checkpoint_fuzz, request_fuzz).
 #   scripts/fuzz.sh [SECONDS]        (default 60)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -100,6 +101,13 @@ run_target() {
   fi
   grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done )" "$name.log" || true
 }
+
+# A model folder's tokenizer.json (fuzz/tokenizer_json_fuzz.cpp), seeded also with the tiny fixture's.
+build_target tokenizer_json_fuzz "$root/src/tokenizer $root/src/core $root/fuzz/tokenizer_json_fuzz.cpp" \
+  "${sources[@]/%tokenizer_fuzz.cpp/tokenizer_json_fuzz.cpp}"
+mkdir -p tokenizer_json_fuzz-corpus
+cp "$root/tests/fixtures/tokenizer/tiny/tokenizer.json" tokenizer_json_fuzz-corpus/fixture-tiny.json
+run_target tokenizer_json_fuzz tokenizer-json-seeds 32768 "tokenizer.json"
 
 # The HTTP request parser (fuzz/http_fuzz.cpp: whole and split parses must agree).
 build_target http_fuzz "$root/src/server/http_parser.cpp $root/src/server/http_parser.h $root/src/server/http.h \

@@ -67,14 +67,17 @@ Tokenizer Tokenizer::from_dir(const std::string& dir) {
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  const std::string text = read_regular_file(path);
-  check_json_depth(text, path);
+  return from_text(read_regular_file(path), path);
+}
+
+Tokenizer Tokenizer::from_text(const std::string& text, const std::string& what) {
+  check_json_depth(text, what);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  PLUMB_CHECK(!j.is_discarded(), "{}: not valid JSON", path);
+  PLUMB_CHECK(!j.is_discarded(), "{}: not valid JSON", what);
   try {
     return from_json(j);
   } catch (const Error& e) {
-    throw Error(fmt::format("{} ({})", e.what(), path));
+    throw Error(fmt::format("{} ({})", e.what(), what), e.kind());  // an internal error stays one
   }
 }
 

@@ -30,6 +30,8 @@ class Tokenizer {
   static Tokenizer from_dir(const std::string& dir);
   // Loads a tokenizer.json file.
   static Tokenizer from_file(const std::string& path);
+  // Builds from tokenizer.json text, as from_file does after reading it (`what` names the text in errors).
+  static Tokenizer from_text(const std::string& text, const std::string& what);
   // Builds from parsed tokenizer.json content.
   static Tokenizer from_json(const nlohmann::json& j);
 
