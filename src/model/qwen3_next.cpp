@@ -118,14 +118,12 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
     }
     // out = h + MLP(RMSNorm_post(h))
     backend_.add_rms_norm(hidden, mixed, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
+    std::optional<GatedBranch> shared;
     if (w.mlp_kind == MlpKind::kMoe)
-      mixture_of_experts(w.moe, normed, mixed);
+      shared = mixture_of_experts(w.moe, normed, mixed);
     else
       dense_mlp(w.mlp, normed, mixed);
-    if (i + 1 < c.num_layers)
-      backend_.add_rms_norm(hidden, mixed, weights_.layers[i + 1].input_norm, eps, NormWeight::kZeroCentred, normed);
-    else
-      backend_.add(hidden, mixed);
+    residual_step(hidden, mixed, shared, i + 1 < c.num_layers ? &weights_.layers[i + 1].input_norm : nullptr, normed);
   }
   for (const SequenceInput& in : batch) in.state->position += static_cast<int64_t>(in.ids.size());
 
@@ -213,7 +211,24 @@ void Qwen3NextModel::dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out
   backend_.linear(gate, w.down_proj, out);
 }
 
-void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const {
+void Qwen3NextModel::residual_step(Tensor& hidden, Tensor& mixed, std::optional<GatedBranch>& branch,
+                                   const Tensor* next_norm, Tensor& normed) const {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (branch && next_norm) {
+    backend_.add_gated_branch_rms_norm(hidden, mixed, *branch, *next_norm, eps, NormWeight::kZeroCentred, normed);
+    return;
+  }
+  if (branch) {
+    backend_.mul_sigmoid_rows(branch->out, branch->gate);
+    backend_.add(mixed, branch->out);
+  }
+  if (next_norm)
+    backend_.add_rms_norm(hidden, mixed, *next_norm, eps, NormWeight::kZeroCentred, normed);
+  else
+    backend_.add(hidden, mixed);
+}
+
+std::optional<GatedBranch> Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const {
   const ModelConfig& c = config_;
   const int64_t T = x.dim(0), E = c.num_experts, top_k = c.num_experts_per_tok;
   Tensor router_logits = backend_.empty(DType::kF32, {T, E});       // [T, E]
@@ -222,9 +237,10 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
   if (!w.has_shared_expert) {
     backend_.linear(x, w.router, router_logits);
     route_and_run_experts(w, x, router_logits, expert_ids, expert_weights, out);
-    return;
+    return std::nullopt;
   }
-  // y += sigmoid(w_sg · x) · SharedMLP(x); the router and the shared expert's three products of x are one.
+  // y += sigmoid(w_sg · x) · SharedMLP(x), the gated branch residual_step adds; the router and the shared expert's
+  // three products of x are one.
   const MlpWeights& s = w.shared_expert;
   const int64_t width = s.gate_proj.dim(0);
   Tensor shared_gate = backend_.empty(DType::kF32, {T, 1});  // [T, 1]
@@ -239,9 +255,8 @@ void Qwen3NextModel::mixture_of_experts(const MoeWeights& w, const Tensor& x, Te
                         [&] {
                           backend_.silu_mul(gate, up, gate);
                           backend_.linear(gate, s.down_proj, shared);
-                          backend_.mul_sigmoid_rows(shared, shared_gate);
                         });
-  backend_.add(out, shared);
+  return GatedBranch{shared, shared_gate};
 }
 
 void Qwen3NextModel::route_and_run_experts(const MoeWeights& w, const Tensor& x, const Tensor& router_logits,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/config.h"
@@ -93,7 +94,13 @@ class Qwen3NextModel {
   void full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches, const BatchRows& layout,
                       const std::vector<int64_t>& positions, const Tensor& x, Tensor& out) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
-  void mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;
+  // The routed experts' weighted sum into out; a block with a shared expert returns that expert's output and gate
+  // logits apart, for residual_step to add.
+  std::optional<GatedBranch> mixture_of_experts(const MoeWeights& w, const Tensor& x, Tensor& out) const;
+  // hidden ← hidden + mixed (+ the branch, gated), then normed = next_norm's RMSNorm of it; the last layer (no
+  // next_norm) only adds.
+  void residual_step(Tensor& hidden, Tensor& mixed, std::optional<GatedBranch>& branch, const Tensor* next_norm,
+                     Tensor& normed) const;
   // The routed half of an MoE block: top-k of the router's logits, then the chosen experts' weighted sum into out.
   void route_and_run_experts(const MoeWeights& w, const Tensor& x, const Tensor& router_logits, Tensor& expert_ids,
                              Tensor& expert_weights, Tensor& out) const;

@@ -141,6 +141,13 @@ inline void check_token_draw(const TokenDraw& d, int64_t row) {
   PLUMB_CHECK(d.top_p > 0.0f && d.top_p <= 1.0f, "sample_tokens: row {} has top_p {}, expected (0, 1]", row, d.top_p);
 }
 
+// A block's second output, scaled per row by sigmoid(gate) before it joins the residual stream: the MoE block's shared
+// expert. out [R, D]; gate [R, 1].
+struct GatedBranch {
+  Tensor out;
+  Tensor gate;
+};
+
 struct MemoryInfo {
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;
@@ -217,6 +224,12 @@ class Backend {
   // The residual step: x ← x + r, then y = rms_norm(x), each exactly as add and rms_norm compute it. x, r, y [R, D]
   // with y distinct from x and r.
   virtual void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) = 0;
+  // The residual step of a block whose output has a second branch scaled per row by sigmoid(gate) (the MoE block's
+  // shared expert): x ← x + (r + branch.out · sigmoid(branch.gate)), then y = rms_norm(x); each step exactly as
+  // mul_sigmoid_rows, add and add_rms_norm compute it (r and branch.out are left as they were). x, r, y, branch.out
+  // [R, D] with y distinct from x, r and branch.out; branch.gate [R, 1].
+  virtual void add_gated_branch_rms_norm(Tensor& x, const Tensor& r, const GatedBranch& branch, const Tensor& w,
+                                         float eps, NormWeight kind, Tensor& y) = 0;
   // Gated RMSNorm of Gated DeltaNet: y = x / sqrt(mean(x²) + eps) ⊙ w ⊙ SiLU(z), per row. x, z, y [R, D]; w [D].
   virtual void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) = 0;
   // dst [R, end - begin] = src[:, begin:end] for src [R, C].

@@ -120,6 +120,64 @@ void add_rms_norm_case(Context& c) {
   }
 }
 
+// The MoE block's residual step add_gated_branch_rms_norm must leave x and y with the bytes of mul_sigmoid_rows, add
+// and add_rms_norm on the GPU, and r and the branch as they were. Against the CPU reference's step: x within the
+// bound of sigmoid(g) (the CPU's std::exp against the GPU's expf, then three roundings), y within rms_norm's bound plus
+// x's error carried through the norm.
+void add_gated_branch_rms_norm_case(Context& c) {
+  for (int64_t D : {int64_t{77}, int64_t{256}, int64_t{2048}}) {
+    const Tensor w = normal(c.rng, {D}, 0.3f);
+    for (int64_t T : kRowCounts) {
+      const Tensor x = normal(c.rng, {T, D}), r = normal(c.rng, {T, D}), s = normal(c.rng, {T, D});
+      const Tensor g = normal(c.rng, {T, 1}, 2.0f);
+      const std::string what = label("add_gated_branch_rms_norm", T, D);
+      struct After {
+        Tensor x, y, r, branch;
+      };
+      auto run = [&](Backend& be, bool fused) {
+        Tensor device_x = fresh(be, x), device_r = fresh(be, r), device_s = fresh(be, s);
+        const Tensor device_g = be.upload(g), device_w = be.upload(w);
+        Tensor y = poisoned(be, DType::kF32, {T, D});
+        if (fused) {
+          be.add_gated_branch_rms_norm(device_x, device_r, GatedBranch{device_s, device_g}, device_w, 1e-6f,
+                                       NormWeight::kZeroCentred, y);
+        } else {
+          be.mul_sigmoid_rows(device_s, device_g);
+          be.add(device_r, device_s);
+          be.add_rms_norm(device_x, device_r, device_w, 1e-6f, NormWeight::kZeroCentred, y);
+        }
+        return After{fetch_f32(be, device_x), fetch_f32(be, y), fetch_f32(be, device_r), fetch_f32(be, device_s)};
+      };
+      const After gpu = run(c.gpu, true), unfused = run(c.gpu, false), cpu = run(c.cpu, true);
+      c.verdict.same_bits(what + " x vs the unfused ops", gpu.x, unfused.x);
+      c.verdict.same_bits(what + " y vs the unfused ops", gpu.y, unfused.y);
+      c.verdict.same_bits(what + " r untouched", gpu.r, r);
+      c.verdict.same_bits(what + " branch untouched", gpu.branch, s);
+      std::vector<double> x_bound(static_cast<size_t>(T * D)), y_bound(static_cast<size_t>(T * D));
+      for (int64_t row = 0; row < T; ++row) {
+        const float* sum = cpu.x.f32() + row * D;  // [D]
+        const double inv = inv_rms(sum, D, 1e-6f);
+        const double gate = sigmoid(g.f32()[row]);
+        double squares = 0, moved = 0;  // Σx², and Σ|x|·(x's bound): how far x's error can move 1/rms
+        for (int64_t i = 0; i < D; ++i) {
+          const int64_t at = row * D + i;
+          const double gated = std::fabs(s.f32()[at] * gate);
+          x_bound[at] = kElementwiseRel * gated + 2 * kF32Unit * (std::fabs(r.f32()[at]) + gated + std::fabs(sum[i]));
+          squares += static_cast<double>(sum[i]) * sum[i];
+          moved += std::fabs(sum[i]) * x_bound[at];
+        }
+        const double inv_rel = squares > 0 ? moved / squares : 0.0;  // relative change of 1/rms, to first order
+        for (int64_t i = 0; i < D; ++i) {
+          const int64_t at = row * D + i;
+          y_bound[at] = ((norm_rel(D) + inv_rel) * std::fabs(sum[i]) + x_bound[at]) * inv * std::fabs(1.0 + w.f32()[i]);
+        }
+      }
+      c.verdict.close(what + " x", gpu.x, cpu.x, x_bound);
+      c.verdict.close(what + " y", gpu.y, cpu.y, y_bound);
+    }
+  }
+}
+
 void gated_rms_norm_case(Context& c) {
   for (int64_t D : {int64_t{24}, int64_t{128}}) {
     const Tensor w = uniform(c.rng, {D}, 0.5f, 1.5f);
@@ -230,6 +288,7 @@ const CaseRegistrar reg_embedding_bf16("embedding_bf16", [](Context& c) { embedd
 const CaseRegistrar reg_rms_zc("rms_norm_zero_centred", [](Context& c) { rms_norm_case(c, NormWeight::kZeroCentred); });
 const CaseRegistrar reg_rms_plain("rms_norm_plain", [](Context& c) { rms_norm_case(c, NormWeight::kPlain); });
 const CaseRegistrar reg_add_rms("add_rms_norm", add_rms_norm_case);
+const CaseRegistrar reg_add_branch("add_gated_branch_rms_norm", add_gated_branch_rms_norm_case);
 const CaseRegistrar reg_gated("gated_rms_norm", gated_rms_norm_case);
 const CaseRegistrar reg_slice("slice_columns", slice_columns_case);
 const CaseRegistrar reg_elementwise("elementwise", elementwise_case);
@@ -238,6 +297,7 @@ const CaseRegistrar reg_random("random_uniform", random_uniform_case);
 const ControlRegistrar ctl_embedding(cuda::KernelFault::kEmbeddingRowOffByOne, "embedding_bf16");
 const ControlRegistrar ctl_rms(cuda::KernelFault::kRmsNormSkipsWeight, "rms_norm_zero_centred");
 const ControlRegistrar ctl_add_rms(cuda::KernelFault::kAddRmsNormKeepsX, "add_rms_norm");
+const ControlRegistrar ctl_add_branch(cuda::KernelFault::kAddGatedBranchUngated, "add_gated_branch_rms_norm");
 const ControlRegistrar ctl_gated(cuda::KernelFault::kGatedNormGateSign, "gated_rms_norm");
 const ControlRegistrar ctl_slice(cuda::KernelFault::kSliceColumnsOneLate, "slice_columns");
 const ControlRegistrar ctl_tail(cuda::KernelFault::kElementwiseDropsTail, "elementwise");

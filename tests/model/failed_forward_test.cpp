@@ -111,6 +111,10 @@ class FailingBackend final : public Backend {
   void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) override {
     cpu_.add_rms_norm(x, r, w, eps, kind, y);
   }
+  void add_gated_branch_rms_norm(Tensor& x, const Tensor& r, const GatedBranch& branch, const Tensor& w, float eps,
+                                 NormWeight kind, Tensor& y) override {
+    cpu_.add_gated_branch_rms_norm(x, r, branch, w, eps, kind, y);
+  }
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override {
     cpu_.gated_rms_norm(x, z, w, eps, y);
   }

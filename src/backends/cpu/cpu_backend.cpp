@@ -156,6 +156,20 @@ void CpuBackend::add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float
   rms_norm(x, w, eps, kind, y);
 }
 
+void CpuBackend::add_gated_branch_rms_norm(Tensor& x, const Tensor& r, const GatedBranch& branch, const Tensor& w,
+                                           float eps, NormWeight kind, Tensor& y) {
+  PLUMB_CHECK(y.data() != x.data() && y.data() != r.data() && y.data() != branch.out.data(),
+              "add_gated_branch_rms_norm: y must not alias x, r or the branch");
+  expect_same_numel(r, branch.out, "add_gated_branch_rms_norm");
+  Tensor gated = Tensor::zeros(DType::kF32, branch.out.shape());  // [R, D]
+  copy(branch.out, gated);
+  mul_sigmoid_rows(gated, branch.gate);
+  Tensor sum = Tensor::zeros(DType::kF32, r.shape());  // [R, D] r + the gated branch
+  copy(r, sum);
+  add(sum, gated);
+  add_rms_norm(x, sum, w, eps, kind, y);
+}
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) {
   expect_f32(x, "rms_norm", "x");
   expect_f32(w, "rms_norm", "w");

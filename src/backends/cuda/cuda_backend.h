@@ -72,6 +72,8 @@ class CudaBackend final : public Backend {
   void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
   void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
+  void add_gated_branch_rms_norm(Tensor& x, const Tensor& r, const GatedBranch& branch, const Tensor& w, float eps,
+                                 NormWeight kind, Tensor& y) override;
   void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override;
   void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
 

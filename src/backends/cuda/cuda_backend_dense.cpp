@@ -122,6 +122,28 @@ void CudaBackend::add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, floa
   enqueue("rms_norm_kernel (residual step)", [&] { cuda::launch_rms_norm(params, fault(), stream()); });
 }
 
+void CudaBackend::add_gated_branch_rms_norm(Tensor& x, const Tensor& r, const GatedBranch& branch, const Tensor& w,
+                                            float eps, NormWeight kind, Tensor& y) {
+  const char* op = "add_gated_branch_rms_norm";
+  const int64_t rows = norm_rows(x, w, y, op);
+  expect_gpu(r, DType::kF32, op, "r");
+  expect_gpu(branch.out, DType::kF32, op, "branch");
+  expect_gpu(branch.gate, DType::kF32, op, "gate");
+  expect_same_numel(x, r, op, "x", "r");
+  expect_same_numel(x, branch.out, op, "x", "branch");
+  PLUMB_CHECK(branch.gate.numel() == rows, "{}: {} gates for {} rows", op, branch.gate.numel(), rows);
+  PLUMB_CHECK(y.data() != x.data() && y.data() != r.data() && y.data() != branch.out.data(),
+              "{}: y must not alias x, r or the branch", op);
+  if (rows == 0) return;
+  cuda::RmsNormParams params = norm_params(x, w, y, rows, eps);
+  params.residual = r.f32();
+  params.sum = x.f32();
+  params.branch = branch.out.f32();
+  params.branch_gate = branch.gate.f32();
+  params.weight_offset = kind == NormWeight::kZeroCentred ? 1.0f : 0.0f;
+  enqueue("rms_norm_kernel (residual step, gated branch)", [&] { cuda::launch_rms_norm(params, fault(), stream()); });
+}
+
 void CudaBackend::gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) {
   const int64_t rows = norm_rows(x, w, y, "gated_rms_norm");
   expect_gpu(z, DType::kF32, "gated_rms_norm", "z");

@@ -130,6 +130,19 @@ __device__ __forceinline__ void store_chunk(float* row, int64_t q, int64_t dim, 
   }
 }
 
+// Chunk q of row `row`'s residual: r, or with a gated branch r + branch · scale, the F32 operations of
+// mul_sigmoid_rows then add, in that order.
+template <bool kVec>
+__device__ __forceinline__ void load_residual_chunk(const RmsNormParams& p, int64_t row, int64_t q, float scale,
+                                                    float (&r)[4]) {
+  load_chunk<kVec>(p.residual + row * p.dim, q, p.dim, r);
+  if (p.branch == nullptr) return;
+  float b[4];
+  load_chunk<kVec>(p.branch + row * p.dim, q, p.dim, b);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) r[c] = __fadd_rn(r[c], __fmul_rn(b[c], scale));
+}
+
 // Threads per row of a norm, chosen by the row length alone so that a row's reduction never depends on how many
 // rows share the call: a warp for short rows (q/k heads, GDN value heads), a whole block for long ones (the hidden
 // size), whose loads are then all in flight at once.
@@ -154,6 +167,10 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   const float* x = p.x + row * dim;  // [dim]
   float* y = p.y + row * dim;        // [dim]
 
+  // The residual step's gated branch scales by one factor a row, sigmoid(gate), as mul_sigmoid_rows computes it.
+  const float branch_scale = p.branch == nullptr                             ? 0.0f
+                             : kFault == KernelFault::kAddGatedBranchUngated ? 1.0f
+                                                                             : sigmoid(p.branch_gate[row]);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
   for (int64_t q = j; q < chunks; q += kRowThreads) {
@@ -161,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     load_chunk<kVec>(x, q, dim, v);
     if (p.residual != nullptr) {
       float r[4];
-      load_chunk<kVec>(p.residual + row * dim, q, dim, r);
+      load_residual_chunk<kVec>(p, row, q, branch_scale, r);
 #pragma unroll
       for (int c = 0; c < 4; ++c) v[c] = __fadd_rn(v[c], r[c]);
       if constexpr (kFault != KernelFault::kAddRmsNormKeepsX) store_chunk<kVec>(p.sum + row * dim, q, dim, v);
@@ -195,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     load_chunk<kVec>(normed, q, dim, v);
     if (kFault == KernelFault::kAddRmsNormKeepsX && p.residual != nullptr) {
       float r[4];
-      load_chunk<kVec>(p.residual + row * dim, q, dim, r);
+      load_residual_chunk<kVec>(p, row, q, branch_scale, r);
 #pragma unroll
       for (int c = 0; c < 4; ++c) v[c] = __fadd_rn(v[c], r[c]);
     }
@@ -225,7 +242,8 @@ void launch_rms_norm_rows(const RmsNormParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock));
   const bool vec = p.dim % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.w) &&
                    (!kGated || aligned16(p.z)) &&
-                   (p.residual == nullptr || (aligned16(p.residual) && aligned16(p.sum)));
+                   (p.residual == nullptr || (aligned16(p.residual) && aligned16(p.sum))) &&
+                   (p.branch == nullptr || aligned16(p.branch));
   if (vec)
     launch_kernel(rms_norm_kernel<kRowThreads, kGated, true, kFault>, grid, kThreads, 0, stream, p);
   else
@@ -399,6 +417,8 @@ void launch_rms_norm(const RmsNormParams& params, KernelFault fault, cudaStream_
     launch_rms_norm_as<false, KernelFault::kRmsNormSkipsWeight>(params, stream);
   else if (fault == KernelFault::kAddRmsNormKeepsX)
     launch_rms_norm_as<false, KernelFault::kAddRmsNormKeepsX>(params, stream);
+  else if (fault == KernelFault::kAddGatedBranchUngated)
+    launch_rms_norm_as<false, KernelFault::kAddGatedBranchUngated>(params, stream);
   else
     launch_rms_norm_as<false, KernelFault::kNone>(params, stream);
 }

@@ -36,9 +36,12 @@ struct RmsNormParams {
   const float* w = nullptr;  // [dim]
   float* y = nullptr;        // [rows, dim]; may be x itself
   // The residual step (plain norm only): when residual is set, the row normalized is x + residual, which is also
-  // stored into sum (x itself in the residual step; y is then neither). The sum is the F32 add of the add op.
-  const float* residual = nullptr;  // [rows, dim]
-  float* sum = nullptr;             // [rows, dim]
+  // stored into sum (x itself in the residual step; y is then neither). The sum is the F32 add of the add op. With a
+  // branch, the residual is residual + branch · sigmoid(branch_gate[row]) (mul_sigmoid_rows, then add).
+  const float* residual = nullptr;     // [rows, dim]
+  float* sum = nullptr;                // [rows, dim]
+  const float* branch = nullptr;       // [rows, dim]
+  const float* branch_gate = nullptr;  // [rows]
   int64_t rows = 0;
   int64_t dim = 0;
   float eps = 0.0f;
