@@ -3,9 +3,13 @@
 // sampling setting and row count. The floor of a draw is reading its rows' logits once at the copy bandwidth
 // measured in the same run. Every GPU id is compared with the CPU reference's (CpuBackend::sample_tokens, the same
 // draws): they agree except where a cut lies within about 1e-7 of a cumulative weight (sample.cu), so the count of
-// agreeing rows is printed, and a greedy row that differs fails the run. Prints a table; with a path, writes JSON.
+// agreeing rows is printed, and a greedy row that differs fails the run. A second table draws one row of logits of
+// other distributions (normal of spreads 0.01 to 100, and rounded to BF16), where the draw's cost changes with how
+// the logits crowd its histogram bins and tie. Prints the tables; with a path, writes JSON.
 //
 // Usage: plumb_gpu_sampler_bench [out.json] [--repeat N]
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +22,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace {
@@ -114,6 +119,27 @@ int run(const std::string& json_path, int repeat) {
                               {"cpu_reference_s_per_row", cpu_s},
                               {"same_ids", same}});
     }
+  }
+  // One row drawn from logits of other shapes: normal of several spreads, and values rounded to BF16 (ties by the
+  // hundred, as logits that passed through 16-bit storage have).
+  std::printf("\none row, temperature 0.7, top-p 0.9, by the logits' distribution\n%-38s %12s %10s\n", "logits",
+              "GPU us", "same ids");
+  const plumb::TokenDraw nucleus{.temperature = 0.7f, .top_p = 0.9f, .seed = 3};
+  for (const float spread : {0.01f, 0.1f, 1.0f, 3.0f, 10.0f, 100.0f, -3.0f}) {
+    const bool bf16 = spread < 0.0f;  // -3: spread 3, rounded to BF16
+    std::normal_distribution<float> dist(0.0f, bf16 ? -spread : spread);
+    std::vector<float> row(static_cast<size_t>(kVocab));  // [vocab]
+    for (float& v : row) v = bf16 ? plumb::bf16_to_f32(plumb::f32_to_bf16(dist(rng))) : dist(rng);
+    const plumb::Tensor host_row = plumb::Tensor::from_f32(row, {1, kVocab});  // [1, vocab]
+    const plumb::Tensor device_row = gpu.upload(host_row);                     // [1, vocab]
+    plumb::Tensor ids = gpu.empty(plumb::DType::kI32, {1});
+    const double gpu_s = time_calls(gpu, repeat, [&] { gpu.sample_tokens(device_row, {nucleus}, ids); });
+    plumb::Tensor cpu_ids = plumb::Tensor::zeros(plumb::DType::kI32, {1});
+    cpu.sample_tokens(host_row, {nucleus}, cpu_ids);
+    const bool same = gpu.download(ids).data_as<int32_t>()[0] == cpu_ids.data_as<int32_t>()[0];
+    const std::string name = bf16 ? "normal, spread 3, rounded to BF16" : fmt::format("normal, spread {}", spread);
+    std::printf("%-38s %12.1f %10s\n", name.c_str(), gpu_s * 1e6, same ? "1/1" : "0/1");
+    out["by_distribution"].push_back({{"logits", name}, {"gpu_median_s", gpu_s}, {"same_ids", same ? 1 : 0}});
   }
   if (!json_path.empty()) {
     std::ofstream file(json_path);
