@@ -5,8 +5,8 @@
 
 namespace plumb::grammar {
 
-GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, size_t capacity)
-    : vocabulary_(std::move(vocabulary)), capacity_(capacity) {}
+GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, size_t capacity, size_t max_bytes)
+    : vocabulary_(std::move(vocabulary)), capacity_(capacity), max_bytes_(max_bytes) {}
 
 template <typename Compile>
 std::shared_ptr<const CompiledGrammar> GrammarCache::get(std::string key, Compile compile) {
@@ -15,9 +15,15 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(std::string key, Compil
     if (const auto it = grammars_.find(key); it != grammars_.end()) return it->second;
   }
   auto compiled = std::make_shared<const CompiledGrammar>(compile(), vocabulary_);
+  const size_t bytes = compiled->context_bytes() + kMaxMaskCacheBytes;
   std::lock_guard lock(mutex_);
-  if (grammars_.size() >= capacity_) grammars_.clear();
-  return grammars_.emplace(std::move(key), std::move(compiled)).first->second;
+  if (grammars_.size() >= capacity_ || bytes_ + bytes > max_bytes_) {
+    grammars_.clear();
+    bytes_ = 0;
+  }
+  const auto [it, inserted] = grammars_.emplace(std::move(key), std::move(compiled));
+  if (inserted) bytes_ += bytes;
+  return it->second;
 }
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::json_schema(const nlohmann::ordered_json& schema,

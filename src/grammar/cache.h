@@ -15,9 +15,12 @@ namespace plumb::grammar {
 
 class GrammarCache {
  public:
-  // Holds at most `capacity` grammars; past that it starts over empty. With each grammar's masks capped at 16 MiB,
-  // the default bounds the memory of a server that sees many schemas to about half a GiB.
-  explicit GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, size_t capacity = 32);
+  // Holds at most `capacity` grammars and `max_bytes` of memory, counting each grammar's precomputed contexts (up to
+  // 64 MiB: a regex of many '.' over a 151K-token vocabulary reaches it) and the kMaxMaskCacheBytes its masks may
+  // grow to; past either it starts over empty. The default bounds what a server that sees many schemas keeps to
+  // about half a GiB.
+  explicit GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, size_t capacity = 32,
+                        size_t max_bytes = size_t{512} << 20);
   // The grammar of `schema` with `wrapping`, compiled on first use (the key is the schema's text, hashed by the
   // map). Throws plumb::Error as compile_json_schema does; a schema that fails is not cached.
   std::shared_ptr<const CompiledGrammar> json_schema(const nlohmann::ordered_json& schema,
@@ -30,7 +33,8 @@ class GrammarCache {
 
  private:
   std::shared_ptr<const Vocabulary> vocabulary_;
-  size_t capacity_;
+  size_t capacity_, max_bytes_;
+  size_t bytes_ = 0;  // what the grammars held may grow to, as the constructor counts it
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const CompiledGrammar>> grammars_;
 

@@ -13,8 +13,6 @@ namespace plumb::grammar {
 
 namespace {
 
-// A grammar's masks are dropped all at once past this much memory (about 860 masks of a 151K-token vocabulary).
-constexpr size_t kMaxCachedBytes = size_t{16} << 20;
 // A grammar precomputes at most this many contexts and this much of them; past either, a context is computed when a
 // state first shows it (kept while the late ones stay under the same size).
 constexpr size_t kMaxPrecomputedContexts = 4096;
@@ -434,7 +432,7 @@ std::shared_ptr<const TokenMask> CompiledGrammar::mask(const StackSet& stacks) c
   auto mask = std::make_shared<const TokenMask>(context_mask(stacks));
   std::lock_guard lock(mutex_);
   const size_t bytes = mask->size() * sizeof(uint64_t) + key.size();
-  if (cached_bytes_ + bytes > kMaxCachedBytes) {
+  if (cached_bytes_ + bytes > kMaxMaskCacheBytes) {
     cache_.clear();
     cached_bytes_ = 0;
   }

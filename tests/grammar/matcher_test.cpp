@@ -121,5 +121,23 @@ TEST(GrammarCache, OneCompiledGrammarPerSchemaAndWrapping) {
   EXPECT_NE(cache.json_schema(schema), cache.json_schema(schema, {"<tool_call>\n", "\n</tool_call>"}));
 }
 
+// A cache whose byte budget holds two grammars' worth (each counted as its contexts plus the masks it may grow to)
+// starts over at the third.
+TEST(GrammarCache, StartsOverPastItsByteBudget) {
+  const TestVocabulary tv = test_vocabularies()[0];
+  const auto first_schema = ordered_json::parse(kSchemas[0]), second_schema = ordered_json::parse(kSchemas[1]);
+  grammar::GrammarCache probe(tv.vocabulary);
+  const size_t first = probe.json_schema(first_schema)->context_bytes() + grammar::kMaxMaskCacheBytes;
+  const size_t second = probe.json_schema(second_schema)->context_bytes() + grammar::kMaxMaskCacheBytes;
+  grammar::GrammarCache cache(tv.vocabulary, 32, first + second);
+  const auto a = cache.json_schema(first_schema);
+  EXPECT_EQ(cache.json_schema(first_schema), a);  // held
+  const auto b = cache.json_schema(second_schema);
+  EXPECT_EQ(cache.json_schema(first_schema), a);  // both fit the budget
+  EXPECT_EQ(cache.json_schema(second_schema), b);
+  cache.json_schema(first_schema, {"<tool_call>\n", "\n</tool_call>"});  // a third grammar passes the budget
+  EXPECT_NE(cache.json_schema(second_schema), b);                        // so the cache started over
+}
+
 }  // namespace
 }  // namespace plumb::test
