@@ -18,21 +18,32 @@ __device__ __forceinline__ void wait_for_prior_grid() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch. Errors surface as the launch's
+// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch, its blocks grouped into
+// thread-block clusters of `cluster` blocks where that is more than one. Errors surface as the launch's
 // cudaGetLastError, which the glue checks.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster.x;
+  attributes[1].val.clusterDim.y = cluster.y;
+  attributes[1].val.clusterDim.z = cluster.z;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  launch_kernel_in_clusters(kernel, grid, dim3(1), block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace plumb::cuda

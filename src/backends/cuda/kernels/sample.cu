@@ -1,4 +1,5 @@
-// Kernels of sample.h: the MoE router and the token sampler, one thread block per row.
+// Kernels of sample.h: the MoE router (one thread block per token) and the token sampler (a thread-block cluster
+// per row).
 //
 // The sampler follows CpuBackend::sample_tokens (cpu_sample.cpp). With s = (l - max l) · (1 / T) in F32, tokens rank
 // by s, highest first, equal s to the lower id, and weigh e = exp(s) (softmax numerators: dividing by their sum
@@ -14,10 +15,17 @@
 // point, floor(e · 2^shift) with shift = min(53, 63 - bit_width(vocab)), so every sum is an exact integer, the same
 // in any order, and a histogram may be built with integer atomics.
 //
+// A row is spread over a cluster of up to 16 blocks (one multiprocessor each): every block sweeps its own run of
+// consecutive ids into its own shared-memory histograms, and the row's histogram is their sum, read bin by bin
+// through distributed shared memory between two cluster barriers. Integer sums make that merge exact, so the ids
+// drawn do not depend on the cluster's size; every block computes the same boundaries from the same sums.
+//
 // What the GPU sums differently: the CPU reference adds std::exp(s) in double in rank order; the GPU adds expf(s)
 // (within 2 ulp of it) truncated to 2^-shift. Ranks, the kept set and tie order are identical on both; a top-p cut
 // or a pick can differ only where top_p · kept weight or u · nucleus weight lies within about 1e-7 (relative) of a
 // cumulative weight.
+#include <cooperative_groups.h>
+
 #include <cmath>
 #include <cstdint>
 
@@ -26,6 +34,8 @@
 
 namespace plumb::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 using u64 = unsigned long long;  // the type integer atomics and shuffles take
@@ -144,6 +154,7 @@ __device__ __forceinline__ Tally operator-(Tally a, Tally b) {
   return {a.count - b.count, a.mass - b.mass};
 }
 
+// One block's histogram of its part of the row; the row's is the sum over the cluster's blocks (merged_bin).
 template <int kBins>
 struct Histogram {
   u64 mass[kBins];
@@ -151,28 +162,36 @@ struct Histogram {
   uint32_t first_id[kBins];  // the lowest id in the bin
 };
 
-// The first bin (in rank order) at which a condition is met, and the tally of all tokens ranked before that bin.
+// The first bin (in rank order) at which a condition is met, the tally of all tokens ranked before that bin, and
+// the bin's own token count and lowest id, summed over the cluster.
 struct Boundary {
   int bin;
   Tally before;
+  uint32_t count;
+  uint32_t first_id;
 };
 
 struct SampleShared {
-  Histogram<kLevel0Bins> level0;  // every token by key >> 22, built once per row
-  Histogram<kLevelBins> level;    // the tokens of one bin of the level above, by the next 11 bits
+  Histogram<kLevel0Bins> level0;  // this block's tokens by key >> 22, built once per row
+  Histogram<kLevelBins> level;    // this block's tokens of one bin of the level above, by the next 11 bits
   Tally warp_tally[kSampleWarps];
   float warp_value[kSampleWarps];
   uint32_t warp_id[kSampleWarps];
   Boundary boundary;
   Tally total;
-  uint32_t found_id;
+  float block_value;    // this block's largest logit (row_max, row_argmax), read by the cluster
+  uint32_t block_id;    // and its id (row_argmax)
+  uint32_t block_tied;  // the tied tokens in this block's part (nth_tied_id)
+  uint32_t found_id;    // written by the block that finds it into every block of the cluster
+  float row_value;      // the row's largest logit, for every thread of the block
 };
 
-// One row of logits and how its tokens are ranked and weighed.
+// One row of logits, the part of it this block sweeps, and how its tokens are ranked and weighed.
 struct Row {
   const float* logits;  // [vocab]
   int64_t vocab;
-  bool vectorized;  // vocab % 4 == 0 and 16-byte aligned rows
+  int64_t first, last;  // this block's part: ids [first, last), first a multiple of 4
+  bool vectorized;      // vocab % 4 == 0 and 16-byte aligned rows
   float max_logit;
   float inv_temperature;
   float mass_scale;  // 2^shift
@@ -187,26 +206,32 @@ struct Row {
   }
 };
 
-// Calls fn(id, logit, valid) once with valid = true for every token of the row. The loops run the same number of
-// times in every lane of a warp (valid = false pads the last round), so fn may use warp collectives.
+// The same shared variable of another block of the cluster.
+template <typename T>
+__device__ __forceinline__ T* in_block(T* own, unsigned rank) {
+  return cg::this_cluster().map_shared_rank(own, rank);
+}
+
+// Calls fn(id, logit, valid) once with valid = true for every token of the block's part. The loops run the same
+// number of times in every lane of a warp (valid = false pads the last round), so fn may use warp collectives.
 template <typename Fn>
 __device__ __forceinline__ void for_each_logit(const Row& row, Fn&& fn) {
   const int lane = threadIdx.x % 32;
   const int64_t warp_first = threadIdx.x - lane;
   if (row.vectorized) {
-    const int64_t vectors = row.vocab / 4;
+    const int64_t end = row.last / 4;
     const float4* logits4 = reinterpret_cast<const float4*>(row.logits);
-    for (int64_t base = warp_first; base < vectors; base += kSampleThreads * kUnroll) {
+    for (int64_t base = row.first / 4 + warp_first; base < end; base += kSampleThreads * kUnroll) {
       float4 l[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = base + u * kSampleThreads + lane;
-        l[u] = v < vectors ? logits4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        l[u] = v < end ? logits4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = base + u * kSampleThreads + lane;
-        const bool valid = v < vectors;
+        const bool valid = v < end;
         fn(4 * v, l[u].x, valid);
         fn(4 * v + 1, l[u].y, valid);
         fn(4 * v + 2, l[u].z, valid);
@@ -214,9 +239,9 @@ __device__ __forceinline__ void for_each_logit(const Row& row, Fn&& fn) {
       }
     }
   } else {
-    for (int64_t base = warp_first; base < row.vocab; base += kSampleThreads) {
+    for (int64_t base = row.first + warp_first; base < row.last; base += kSampleThreads) {
       const int64_t i = base + lane;
-      const bool valid = i < row.vocab;
+      const bool valid = i < row.last;
       fn(i, valid ? row.logits[i] : 0.0f, valid);
     }
   }
@@ -227,43 +252,68 @@ __device__ __forceinline__ bool beats(float a, uint32_t a_id, float b, uint32_t 
   return a > b || (a == b && a_id < b_id);
 }
 
-// The greedy pick: a block-wide argmax, exact in any order since beats() is a total order on (logit, id).
-__device__ uint32_t row_argmax(const Row& row, SampleShared& s) {
+// The block's best (logit, id) of its part into s.block_value / s.block_id, by `better`, a total order or a max;
+// exact in any order. Every thread calls it; the cluster reads the result after its next cluster.sync().
+template <typename Better>
+__device__ void block_best(float best, uint32_t best_id, SampleShared& s, Better&& better) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullMask, best, offset);
+    const uint32_t other_id = __shfl_xor_sync(kFullMask, best_id, offset);
+    if (better(other, other_id, best, best_id)) best = other, best_id = other_id;
+  }
+  if (lane == 0) s.warp_value[warp] = best, s.warp_id[warp] = best_id;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kSampleWarps; ++w)
+      if (better(s.warp_value[w], s.warp_id[w], best, best_id)) best = s.warp_value[w], best_id = s.warp_id[w];
+    s.block_value = best, s.block_id = best_id;
+  }
+}
+
+// The cluster's best of the blocks' (block_value, block_id), in thread 0 of every block.
+template <typename Better>
+__device__ void cluster_best(float& best, uint32_t& best_id, SampleShared& s, Better&& better) {
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's block_value is written
+  if (threadIdx.x == 0) {
+    best = s.block_value, best_id = s.block_id;
+    for (unsigned r = 0; r < cluster.num_blocks(); ++r) {
+      const float value = *in_block(&s.block_value, r);
+      const uint32_t id = *in_block(&s.block_id, r);
+      if (better(value, id, best, best_id)) best = value, best_id = id;
+    }
+  }
+}
+
+// The greedy pick: the row's argmax, exact in any order since beats() is a total order on (logit, id); valid in
+// thread 0.
+__device__ uint32_t row_argmax(const Row& row, SampleShared& s) {
   float best = -INFINITY;
   uint32_t best_id = kNoId;
   for_each_logit(row, [&](int64_t i, float l, bool valid) {
     if (valid && beats(l, static_cast<uint32_t>(i), best, best_id)) best = l, best_id = static_cast<uint32_t>(i);
   });
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(kFullMask, best, offset);
-    const uint32_t other_id = __shfl_xor_sync(kFullMask, best_id, offset);
-    if (beats(other, other_id, best, best_id)) best = other, best_id = other_id;
-  }
-  if (lane == 0) s.warp_value[warp] = best, s.warp_id[warp] = best_id;
-  __syncthreads();
-  best = s.warp_value[0], best_id = s.warp_id[0];
-  for (int w = 1; w < kSampleWarps; ++w)
-    if (beats(s.warp_value[w], s.warp_id[w], best, best_id)) best = s.warp_value[w], best_id = s.warp_id[w];
+  const auto by_logit = [](float a, uint32_t a_id, float b, uint32_t b_id) { return beats(a, a_id, b, b_id); };
+  block_best(best, best_id, s, by_logit);
+  cluster_best(best, best_id, s, by_logit);
   return best_id;
 }
 
-// The largest logit of the row (exact in any order).
+// The largest logit of the row (exact in any order), in every thread.
 __device__ float row_max(const Row& row, SampleShared& s) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float m = -INFINITY;
   for_each_logit(row, [&](int64_t, float l, bool valid) {
     if (valid) m = fmaxf(m, l);
   });
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
-  if (lane == 0) s.warp_value[warp] = m;
+  const auto larger = [](float a, uint32_t, float b, uint32_t) { return a > b; };
+  uint32_t unused = 0;
+  block_best(m, 0, s, larger);
+  cluster_best(m, unused, s, larger);
+  if (threadIdx.x == 0) s.row_value = m;
   __syncthreads();
-  m = s.warp_value[0];
-  for (int w = 1; w < kSampleWarps; ++w) m = fmaxf(m, s.warp_value[w]);
-  __syncthreads();  // warp_value is reused
-  return m;
+  return s.row_value;
 }
 
 template <int kBins>
@@ -272,13 +322,20 @@ __device__ void histogram_clear(Histogram<kBins>& h) {
 }
 
 // Adds each taking lane's token to its bin. Lanes with the same bin combine first, so a bin many tokens fall into
-// costs one atomic per warp, not one per token. The atomics are integer: the totals do not depend on the order in
-// which they land. Every lane of the warp calls this.
+// costs one atomic per warp, not one per token; where the lanes' bins are (nearly) all distinct, combining would
+// run one group after another, so each lane adds its own token instead. The atomics are integer: the totals do not
+// depend on the order in which they land. Every lane of the warp calls this.
 template <int kBins>
 __device__ __forceinline__ void histogram_add(Histogram<kBins>& h, bool take, uint32_t bin, u64 mass, uint32_t id) {
   const unsigned takers = __ballot_sync(kFullMask, take);
   if (!take) return;
   const unsigned peers = __match_any_sync(takers, bin);
+  if (__reduce_max_sync(takers, static_cast<unsigned>(__popc(peers))) <= 2) {
+    atomicAdd(&h.count[bin], 1u);
+    atomicAdd(&h.mass[bin], mass);
+    atomicMin(&h.first_id[bin], id);
+    return;
+  }
   // The group's weight from two parts whose 32-bit sums over at most 32 lanes cannot overflow (mass <= 2^53).
   const unsigned high = __reduce_add_sync(peers, static_cast<unsigned>(mass >> 27));
   const unsigned low = __reduce_add_sync(peers, static_cast<unsigned>(mass) & ((1u << 27) - 1));
@@ -288,6 +345,18 @@ __device__ __forceinline__ void histogram_add(Histogram<kBins>& h, bool take, ui
     atomicAdd(&h.mass[bin], (static_cast<u64>(high) << 27) + low);
     atomicMin(&h.first_id[bin], first);
   }
+}
+
+// Bin b summed over the cluster's blocks (integers: exact in any order).
+template <int kBins>
+__device__ Tally merged_bin(const Histogram<kBins>& h, int b) {
+  Tally t{0, 0};
+  const unsigned blocks = cg::this_cluster().num_blocks();
+  for (unsigned r = 0; r < blocks; ++r) {
+    const Histogram<kBins>* other = in_block(&h, r);
+    t = t + Tally{other->count[b], other->mass[b]};
+  }
+  return t;
 }
 
 // Inclusive prefix sums of v over the block's threads in thread order.
@@ -306,10 +375,11 @@ __device__ Tally block_inclusive_scan(Tally v, SampleShared& s) {
   return v;
 }
 
-template <int kBins>
-__device__ Tally histogram_total(const Histogram<kBins>& h, SampleShared& s) {
+// The row's level-0 tally: every token of every block. Expects every block's s.level0 to be complete and stay so.
+__device__ Tally row_total(SampleShared& s) {
+  cg::this_cluster().sync();  // every block's level 0 is complete
   Tally own{0, 0};
-  for (int b = threadIdx.x; b < kBins; b += kSampleThreads) own = own + Tally{h.count[b], h.mass[b]};
+  for (int b = threadIdx.x; b < kLevel0Bins; b += kSampleThreads) own = own + merged_bin(s.level0, b);
   const Tally inclusive = block_inclusive_scan(own, s);
   if (threadIdx.x == kSampleThreads - 1) s.total = inclusive;
   __syncthreads();
@@ -338,59 +408,80 @@ struct Condition {
   }
 };
 
-// The bin of h at which `cond` is first met, counting `base` for everything ranked before h's tokens. Thread j
-// holds bins [j·P, j·P + P); a block prefix scan gives each its running tally, and the one bin where the condition
-// turns true is unique because it is monotone. If it never turns true (only NaN logits do that) the last bin is
-// returned, which keeps every later index in range.
+// The bin of the cluster's summed histogram h at which `cond` is first met, counting `base` for everything ranked
+// before h's tokens. Thread j holds bins [j·P, j·P + P); a block prefix scan gives each its running tally, and the
+// one bin where the condition turns true is unique because it is monotone. If it never turns true (only NaN logits
+// do that) the last bin is returned, which keeps every later index in range. Every block of the cluster finds the
+// same bin from the same sums; h may be rebuilt once this returns.
 template <int kBins>
 __device__ Boundary find_boundary(const Histogram<kBins>& h, Tally base, const Condition& cond, SampleShared& s) {
   constexpr int kPerThread = (kBins + kSampleThreads - 1) / kSampleThreads;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's h is complete
   const int first = threadIdx.x * kPerThread;
+  Tally bins[kPerThread];
   Tally own{0, 0};
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j)
-    if (first + j < kBins) own = own + Tally{h.count[first + j], h.mass[first + j]};
-  if (threadIdx.x == 0) s.boundary = Boundary{kBins - 1, base};
+  for (int j = 0; j < kPerThread; ++j) {
+    bins[j] = first + j < kBins ? merged_bin(h, first + j) : Tally{0, 0};
+    own = own + bins[j];
+  }
+  if (threadIdx.x == 0) s.boundary = Boundary{kBins - 1, base, 0, kNoId};
   const Tally inclusive = block_inclusive_scan(own, s);
   Tally running = base + (inclusive - own);
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     if (first + j >= kBins) break;
-    const Tally next = running + Tally{h.count[first + j], h.mass[first + j]};
-    if (!cond.met(running) && cond.met(next)) s.boundary = Boundary{first + j, running};
+    const Tally next = running + bins[j];
+    if (!cond.met(running) && cond.met(next)) {
+      uint32_t first_id = kNoId;
+      for (unsigned r = 0; r < cluster.num_blocks(); ++r)
+        first_id = min(first_id, in_block(&h, r)->first_id[first + j]);
+      s.boundary = Boundary{first + j, running, bins[j].count, first_id};
+    }
     running = next;
   }
-  __syncthreads();
+  cluster.sync();  // s.boundary is written; no block reads another's h any more
   const Boundary boundary = s.boundary;
   __syncthreads();  // boundary is reused
   return boundary;
 }
-
-// The n-th lowest id (n >= 1) among the tokens whose key is `key`: tiles of 1024 consecutive ids, counted in id
-// order until the tile that holds it, then ranked within that tile.
+// The n-th lowest id (n >= 1) among the row's tokens whose key is `key`, in every thread. The blocks' parts are
+// consecutive runs of ids, so the tied tokens of the blocks before this one come first: the block whose part holds
+// the n-th counts its own in tiles of 1024 ids, in id order, up to the tile that holds it, ranks it within that tile
+// and writes its id into every block.
 __device__ uint32_t nth_tied_id(const Row& row, uint32_t key, uint32_t n, SampleShared& s) {
+  cg::cluster_group cluster = cg::this_cluster();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint32_t before = 0;
-  for (int64_t tile = 0; tile < row.vocab; tile += kSampleThreads) {
+  uint32_t mine = 0;
+  for (int64_t tile = row.first; tile < row.last; tile += kSampleThreads) {
     const int64_t i = tile + threadIdx.x;
-    const bool tied = i < row.vocab && row.key(row.logits[i]) == key;
-    const uint32_t in_tile = static_cast<uint32_t>(__syncthreads_count(tied));
-    if (before + in_tile >= n) {  // the same in every thread
-      const unsigned ballot = __ballot_sync(kFullMask, tied);
-      if (lane == 0) s.warp_id[warp] = static_cast<uint32_t>(__popc(ballot));
-      if (threadIdx.x == 0) s.found_id = kNoId;
-      __syncthreads();
-      uint32_t rank = before + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1))) + 1;
-      for (int w = 0; w < warp; ++w) rank += s.warp_id[w];
-      if (tied && rank == n) s.found_id = static_cast<uint32_t>(i);
-      __syncthreads();
-      const uint32_t found = s.found_id;
-      __syncthreads();  // warp_id and found_id are reused
-      return found;
-    }
-    before += in_tile;
+    mine += static_cast<uint32_t>(__syncthreads_count(i < row.last && row.key(row.logits[i]) == key));
   }
-  return kNoId;
+  if (threadIdx.x == 0) s.block_tied = mine, s.found_id = kNoId;
+  cluster.sync();  // every block's block_tied is written, every found_id cleared
+  uint32_t before = 0;
+  for (unsigned r = 0; r < cluster.block_rank(); ++r) before += *in_block(&s.block_tied, r);
+  if (before < n && n <= before + mine) {  // the same in every thread of the block
+    for (int64_t tile = row.first; tile < row.last; tile += kSampleThreads) {
+      const int64_t i = tile + threadIdx.x;
+      const bool tied = i < row.last && row.key(row.logits[i]) == key;
+      const uint32_t in_tile = static_cast<uint32_t>(__syncthreads_count(tied));
+      if (before + in_tile >= n) {  // the same in every thread
+        const unsigned ballot = __ballot_sync(kFullMask, tied);
+        if (lane == 0) s.warp_id[warp] = static_cast<uint32_t>(__popc(ballot));
+        __syncthreads();
+        uint32_t rank = before + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1))) + 1;
+        for (int w = 0; w < warp; ++w) rank += s.warp_id[w];
+        if (tied && rank == n)
+          for (unsigned r = 0; r < cluster.num_blocks(); ++r) *in_block(&s.found_id, r) = static_cast<uint32_t>(i);
+        break;
+      }
+      before += in_tile;
+    }
+  }
+  cluster.sync();  // found_id is written in every block; block_tied and warp_id may be reused
+  return s.found_id;
 }
 
 // A token and the tally of every token up to and including it in rank order.
@@ -399,9 +490,10 @@ struct Position {
   Tally through;
 };
 
-// The first token in rank order whose running tally meets `cond`. Expects s.level0 to hold the row's level-0
-// histogram; sweeps the row twice (levels 1 and 2), and a third time when the key it lands on is shared by tokens
-// and the one it needs is not the lowest-id one of them.
+// The first token in rank order whose running tally meets `cond`. Expects every block's s.level0 to hold its part's
+// level-0 histogram; sweeps the part twice (levels 1 and 2), and a third time when the key it lands on is shared by
+// tokens and the one it needs is not the lowest-id one of them. Every block of the cluster calls it with the same
+// condition and returns the same position.
 template <KernelFault kFault>
 __device__ Position descend(const Row& row, const Condition& cond, SampleShared& s) {
   const Boundary b0 = find_boundary(s.level0, Tally{0, 0}, cond, s);
@@ -413,7 +505,6 @@ __device__ Position descend(const Row& row, const Condition& cond, SampleShared&
     histogram_add(s.level, take, (key >> kLevelBits) & (kLevelBins - 1), take ? row.mass(key) : 0,
                   static_cast<uint32_t>(i));
   });
-  __syncthreads();
   const Boundary b1 = find_boundary(s.level, b0.before, cond, s);
   const uint32_t prefix = (static_cast<uint32_t>(b0.bin) << kLevelBits) | static_cast<uint32_t>(b1.bin);  // key >> 11
 
@@ -424,10 +515,9 @@ __device__ Position descend(const Row& row, const Condition& cond, SampleShared&
     const bool take = valid && (key >> kLevelBits) == prefix;
     histogram_add(s.level, take, key & (kLevelBins - 1), take ? row.mass(key) : 0, static_cast<uint32_t>(i));
   });
-  __syncthreads();
   const Boundary b2 = find_boundary(s.level, b1.before, cond, s);
   const uint32_t key = (prefix << kLevelBits) | static_cast<uint32_t>(b2.bin);
-  const uint32_t tied = s.level.count[b2.bin], first_id = s.level.first_id[b2.bin];
+  const uint32_t tied = b2.count;
   const u64 each = row.mass(key);
 
   // The tokens of this key weigh the same and come in id order: the first j of them that meets the condition.
@@ -441,20 +531,27 @@ __device__ Position descend(const Row& row, const Condition& cond, SampleShared&
   }
   // The planted control takes the tied tokens in descending id order instead.
   const uint32_t n = kFault == KernelFault::kSampleTiesToHigher && tied >= lo ? tied + 1 - lo : lo;
-  const uint32_t id = n == 1 ? first_id : nth_tied_id(row, key, n, s);
+  const uint32_t id = n == 1 ? b2.first_id : nth_tied_id(row, key, n, s);
   return Position{id, b2.before + Tally{lo, lo * each}};
 }
 
-// Block r draws row r.
+// The cluster of blocks [r·C, r·C + C) draws row r, block k of it sweeping the k-th of C consecutive parts of the
+// row; the blocks meet at cluster barriers and read each other's histograms through distributed shared memory.
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTokensParams p, float mass_scale) {
   wait_for_prior_grid();
   __shared__ SampleShared s;
-  const SampleDraw draw = p.draws[blockIdx.x];
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned blocks = cluster.num_blocks(), rank = cluster.block_rank();
+  const int64_t r = blockIdx.x / blocks;
+  const SampleDraw draw = p.draws[r];
   Row row{};
-  row.logits = p.logits + static_cast<int64_t>(blockIdx.x) * p.vocab;
+  row.logits = p.logits + r * p.vocab;
   row.vocab = p.vocab;
   row.vectorized = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+  const int64_t part = ((p.vocab + blocks - 1) / blocks + 3) & ~int64_t{3};  // whole float4s
+  row.first = min(p.vocab, rank * part);
+  row.last = min(p.vocab, row.first + part);
   uint32_t id;
   if (draw.greedy) {
     id = row_argmax(row, s);
@@ -468,14 +565,13 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
       const uint32_t key = row.key(l);
       histogram_add(s.level0, valid, key >> kLevel0Shift, valid ? row.mass(key) : 0, static_cast<uint32_t>(i));
     });
-    __syncthreads();
 
     u64 kept = 0;
     if (draw.top_k > 0 && draw.top_k < p.vocab) {
       const Condition top_k{Goal::kCount, static_cast<uint32_t>(draw.top_k), 0.0, 0, 0};
       kept = descend<kFault>(row, top_k, s).through.mass;
     } else {
-      kept = histogram_total(s.level0, s).mass;
+      kept = row_total(s).mass;
     }
     u64 nucleus = kept;
     if (draw.top_p < 1.0f) {
@@ -489,7 +585,52 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
     const Condition pick{Goal::kMassAbove, 0, 0.0, nucleus, draw.u24};
     id = descend<kFault>(row, pick, s).id;
   }
-  if (threadIdx.x == 0) p.ids[blockIdx.x] = id < p.vocab ? static_cast<int32_t>(id) : 0;
+  if (rank == 0 && threadIdx.x == 0) p.ids[r] = id < p.vocab ? static_cast<int32_t>(id) : 0;
+  cluster.sync();  // no block leaves while another may still read its shared memory
+}
+
+// The blocks a row's cluster takes: the most, up to 16 (8 where the GPU cannot co-schedule 16 of these blocks),
+// that still keep all rows' clusters within one wave of the multiprocessors.
+struct SampleClusterLimits {
+  unsigned largest;  // 16, or 8 where 16 of these blocks cannot be co-scheduled
+  int64_t multiprocessors;
+};
+
+// The blocks a row's cluster takes: the most, up to 16, that still keep all rows' clusters within one wave of the
+// multiprocessors. The device is asked once per kernel.
+template <KernelFault kFault>
+unsigned sample_cluster_size(int64_t rows) {
+  static const SampleClusterLimits limits = [] {
+    const auto kernel = sample_tokens_kernel<kFault>;
+    int device = 0, multiprocessors = 0, clusters = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 16;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(16);
+    config.blockDim = dim3(kSampleThreads);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const bool sixteen =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    cudaGetLastError();  // a refusal above only means clusters of 8
+    return SampleClusterLimits{sixteen ? 16u : 8u, multiprocessors};
+  }();
+  unsigned blocks = limits.largest;
+  while (blocks > 1 && rows * blocks > limits.multiprocessors) blocks /= 2;
+  return blocks;
+}
+
+template <KernelFault kFault>
+void launch_sample_tokens_with(const SampleTokensParams& params, float mass_scale, cudaStream_t stream) {
+  const unsigned blocks = sample_cluster_size<kFault>(params.rows);
+  launch_kernel_in_clusters(sample_tokens_kernel<kFault>, dim3(static_cast<unsigned>(params.rows) * blocks),
+                            dim3(blocks), kSampleThreads, 0, stream, params, mass_scale);
 }
 
 }  // namespace
@@ -512,15 +653,12 @@ void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, c
   while ((params.vocab >> vocab_bits) != 0) ++vocab_bits;
   const int shift = 63 - vocab_bits < 53 ? 63 - vocab_bits : 53;  // vocab · 2^shift < 2^63: no sum overflows
   const float mass_scale = static_cast<float>(1ull << shift);
-  const dim3 grid(static_cast<unsigned>(params.rows));
   if (fault == KernelFault::kSampleTiesToHigher)
-    launch_kernel(sample_tokens_kernel<KernelFault::kSampleTiesToHigher>, grid, kSampleThreads, 0, stream, params,
-                  mass_scale);
+    launch_sample_tokens_with<KernelFault::kSampleTiesToHigher>(params, mass_scale, stream);
   else if (fault == KernelFault::kSampleTopPOneShort)
-    launch_kernel(sample_tokens_kernel<KernelFault::kSampleTopPOneShort>, grid, kSampleThreads, 0, stream, params,
-                  mass_scale);
+    launch_sample_tokens_with<KernelFault::kSampleTopPOneShort>(params, mass_scale, stream);
   else
-    launch_kernel(sample_tokens_kernel<KernelFault::kNone>, grid, kSampleThreads, 0, stream, params, mass_scale);
+    launch_sample_tokens_with<KernelFault::kNone>(params, mass_scale, stream);
 }
 
 }  // namespace plumb::cuda

@@ -1,5 +1,5 @@
-// Selection on the GPU, one thread block per row: the MoE router (softmax over the experts, top-k, optional
-// renormalization) and token sampling (greedy, or temperature with top-k and top-p).
+// Selection on the GPU: the MoE router (softmax over the experts, top-k, optional renormalization; one thread block
+// per token) and token sampling (greedy, or temperature with top-k and top-p; a cluster of up to 16 blocks per row).
 //
 // Exactness: every sum has an order fixed by the row length; the sampler's sums are integers (64-bit fixed point),
 // exact in any order. A row's result never depends on the other rows of the call.
