@@ -101,11 +101,12 @@ if want sanitize; then
   echo "== compute-sanitizer"
   model=tests/fixtures/models/qwen3_next_moe
   ok=pass
-  # Every real case under memcheck; racecheck (far slower) skips the largest sizes. The planted controls are left out:
-  # two of them race on purpose.
+  # Every real case under memcheck; racecheck (far slower) skips the largest sizes and the token sampler, whose
+  # thread-block clusters it runs at tens of seconds a launch (V=7, one and three rows, took 100 s on the H200 with no
+  # hazard reported). The planted controls are left out: two of them race on purpose.
   for tool in memcheck racecheck; do
     filter='Ops/Cases.*'
-    [ $tool = racecheck ] && filter='Ops/Cases.*-*large*:*race*'
+    [ $tool = racecheck ] && filter='Ops/Cases.*-*large*:*race*:*sample_tokens*'
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_op_harness" --gtest_filter="$filter" \
       >"$out/sanitize_${tool}_harness.log" 2>&1 || ok=FAIL
     # The recorded steps: arena, step tables and graph replays (tests/gpu/graph_test.cpp).

@@ -179,6 +179,9 @@ struct SampleShared {
   uint32_t warp_id[kSampleWarps];
   Boundary boundary;
   Tally total;
+  Tally share_total;    // this block's share of the bins summed over the cluster (merge_share)
+  int owner;            // the block whose share holds the boundary, -1 if none (find_boundary)
+  Tally owner_base;     // the tally ranked before that share
   float block_value;    // this block's largest logit (row_max, row_argmax), read by the cluster
   uint32_t block_id;    // and its id (row_argmax)
   uint32_t block_tied;  // the tied tokens in this block's part (nth_tied_id)
@@ -316,6 +319,17 @@ __device__ float row_max(const Row& row, SampleShared& s) {
   return s.row_value;
 }
 
+// *counter += v, exactly, with two native 32-bit atomics (a 64-bit add to shared memory compiles to a
+// compare-and-swap loop, which a bin that many warps hit retries over and over): the low word's carry goes into the
+// high word. Integer additions commute, so the total is the same in any order; read it after a barrier.
+__device__ __forceinline__ void add_mass(u64* counter, u64 v) {
+  auto* words = reinterpret_cast<uint32_t*>(counter);  // little-endian: low word, high word
+  const auto low = static_cast<uint32_t>(v);
+  const uint32_t before = atomicAdd(&words[0], low);
+  const uint32_t high = static_cast<uint32_t>(v >> 32) + (before + low < before ? 1u : 0u);
+  if (high != 0) atomicAdd(&words[1], high);
+}
+
 template <int kBins>
 __device__ void histogram_clear(Histogram<kBins>& h) {
   for (int b = threadIdx.x; b < kBins; b += kSampleThreads) h.mass[b] = 0, h.count[b] = 0, h.first_id[b] = kNoId;
@@ -332,7 +346,7 @@ __device__ __forceinline__ void histogram_add(Histogram<kBins>& h, bool take, ui
   const unsigned peers = __match_any_sync(takers, bin);
   if (__reduce_max_sync(takers, static_cast<unsigned>(__popc(peers))) <= 2) {
     atomicAdd(&h.count[bin], 1u);
-    atomicAdd(&h.mass[bin], mass);
+    add_mass(&h.mass[bin], mass);
     atomicMin(&h.first_id[bin], id);
     return;
   }
@@ -342,7 +356,7 @@ __device__ __forceinline__ void histogram_add(Histogram<kBins>& h, bool take, ui
   const unsigned first = __reduce_min_sync(peers, id);
   if (static_cast<int>(threadIdx.x % 32) == __ffs(peers) - 1) {
     atomicAdd(&h.count[bin], static_cast<unsigned>(__popc(peers)));
-    atomicAdd(&h.mass[bin], (static_cast<u64>(high) << 27) + low);
+    add_mass(&h.mass[bin], (static_cast<u64>(high) << 27) + low);
     atomicMin(&h.first_id[bin], first);
   }
 }
@@ -352,6 +366,7 @@ template <int kBins>
 __device__ Tally merged_bin(const Histogram<kBins>& h, int b) {
   Tally t{0, 0};
   const unsigned blocks = cg::this_cluster().num_blocks();
+#pragma unroll 4
   for (unsigned r = 0; r < blocks; ++r) {
     const Histogram<kBins>* other = in_block(&h, r);
     t = t + Tally{other->count[b], other->mass[b]};
@@ -375,13 +390,50 @@ __device__ Tally block_inclusive_scan(Tally v, SampleShared& s) {
   return v;
 }
 
+// A block's share of the cluster's bins, summed over the cluster: block r takes bins [r·S, r·S + S), S = kBins /
+// blocks (a power of two: the cluster has 1, 2, 4, 8 or 16 blocks), thread t the next `count` of them from `first`,
+// in thread order. So each bin is read from every block once per cluster, not once per block.
+template <int kBins>
+struct MergedShare {
+  static constexpr int kMaxPerThread = (kBins + kSampleThreads - 1) / kSampleThreads;  // a cluster of one block
+  Tally bins[kMaxPerThread];
+  Tally before;  // the block's bins before this thread's, summed
+  int first, count;
+};
+
+// The thread's bins of the block's share; the share's total into s.share_total. Expects every block's h to be
+// complete; every thread of the block calls it.
+template <int kBins>
+__device__ MergedShare<kBins> merge_share(const Histogram<kBins>& h, SampleShared& s) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int share = kBins / static_cast<int>(cluster.num_blocks());
+  const int per = (share + kSampleThreads - 1) / kSampleThreads;
+  MergedShare<kBins> m{};
+  m.first = static_cast<int>(cluster.block_rank()) * share + static_cast<int>(threadIdx.x) * per;
+  m.count = max(0, min(per, share - static_cast<int>(threadIdx.x) * per));
+  Tally own{0, 0};
+#pragma unroll
+  for (int j = 0; j < MergedShare<kBins>::kMaxPerThread; ++j) {
+    m.bins[j] = j < m.count ? merged_bin(h, m.first + j) : Tally{0, 0};
+    own = own + m.bins[j];
+  }
+  const Tally inclusive = block_inclusive_scan(own, s);
+  m.before = inclusive - own;
+  if (threadIdx.x == kSampleThreads - 1) s.share_total = inclusive;
+  return m;
+}
+
 // The row's level-0 tally: every token of every block. Expects every block's s.level0 to be complete and stay so.
 __device__ Tally row_total(SampleShared& s) {
-  cg::this_cluster().sync();  // every block's level 0 is complete
-  Tally own{0, 0};
-  for (int b = threadIdx.x; b < kLevel0Bins; b += kSampleThreads) own = own + merged_bin(s.level0, b);
-  const Tally inclusive = block_inclusive_scan(own, s);
-  if (threadIdx.x == kSampleThreads - 1) s.total = inclusive;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's level 0 is complete
+  merge_share(s.level0, s);
+  cluster.sync();  // every block's share_total is written
+  if (threadIdx.x == 0) {
+    Tally total{0, 0};
+    for (unsigned r = 0; r < cluster.num_blocks(); ++r) total = total + *in_block(&s.share_total, r);
+    s.total = total;
+  }
   __syncthreads();
   const Tally total = s.total;
   __syncthreads();
@@ -409,43 +461,58 @@ struct Condition {
 };
 
 // The bin of the cluster's summed histogram h at which `cond` is first met, counting `base` for everything ranked
-// before h's tokens. Thread j holds bins [j·P, j·P + P); a block prefix scan gives each its running tally, and the
-// one bin where the condition turns true is unique because it is monotone. If it never turns true (only NaN logits
-// do that) the last bin is returned, which keeps every later index in range. Every block of the cluster finds the
-// same bin from the same sums; h may be rebuilt once this returns.
+// before h's tokens; the condition is monotone, so that bin is unique. Each block sums its share of the bins over
+// the cluster (merge_share); the share totals, scanned in block order, say which share holds the bin; that share's
+// block scans its bins and writes the boundary into every block. If the condition never turns true (only NaN logits
+// do that) the boundary is the last bin, which keeps every later index in range. Every block of the cluster calls it
+// and returns the same boundary; h may be rebuilt once it returns.
 template <int kBins>
 __device__ Boundary find_boundary(const Histogram<kBins>& h, Tally base, const Condition& cond, SampleShared& s) {
-  constexpr int kPerThread = (kBins + kSampleThreads - 1) / kSampleThreads;
   cg::cluster_group cluster = cg::this_cluster();
+  const unsigned blocks = cluster.num_blocks();
   cluster.sync();  // every block's h is complete
-  const int first = threadIdx.x * kPerThread;
-  Tally bins[kPerThread];
-  Tally own{0, 0};
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    bins[j] = first + j < kBins ? merged_bin(h, first + j) : Tally{0, 0};
-    own = own + bins[j];
-  }
   if (threadIdx.x == 0) s.boundary = Boundary{kBins - 1, base, 0, kNoId};
-  const Tally inclusive = block_inclusive_scan(own, s);
-  Tally running = base + (inclusive - own);
+  const MergedShare<kBins> m = merge_share(h, s);
+  cluster.sync();  // every share_total is written
+
+  if (threadIdx.x < 32) {  // warp 0: lane r scans the shares up to block r's
+    const unsigned lane = threadIdx.x;
+    Tally inclusive = lane < blocks ? *in_block(&s.share_total, lane) : Tally{0, 0};
+    const Tally own = inclusive;
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    if (first + j >= kBins) break;
-    const Tally next = running + bins[j];
-    if (!cond.met(running) && cond.met(next)) {
-      uint32_t first_id = kNoId;
-      for (unsigned r = 0; r < cluster.num_blocks(); ++r)
-        first_id = min(first_id, in_block(&h, r)->first_id[first + j]);
-      s.boundary = Boundary{first + j, running, bins[j].count, first_id};
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const uint32_t count = __shfl_up_sync(kFullMask, inclusive.count, offset);
+      const u64 mass = __shfl_up_sync(kFullMask, inclusive.mass, offset);
+      if (lane >= static_cast<unsigned>(offset)) inclusive.count += count, inclusive.mass += mass;
     }
-    running = next;
+    const Tally before = base + (inclusive - own);
+    const unsigned turns = __ballot_sync(kFullMask, lane < blocks && !cond.met(before) && cond.met(base + inclusive));
+    if (lane == 0) s.owner = turns != 0 ? __ffs(turns) - 1 : -1;
+    if (turns != 0 && lane == static_cast<unsigned>(__ffs(turns) - 1)) s.owner_base = before;
   }
-  cluster.sync();  // s.boundary is written; no block reads another's h any more
+  __syncthreads();
+  if (s.owner == static_cast<int>(cluster.block_rank())) {  // the same in every thread of the block
+    Tally running = s.owner_base + m.before;
+#pragma unroll
+    for (int j = 0; j < MergedShare<kBins>::kMaxPerThread; ++j) {
+      if (j >= m.count) break;
+      const Tally next = running + m.bins[j];
+      if (!cond.met(running) && cond.met(next)) {
+        const int bin = m.first + j;
+        uint32_t first_id = kNoId;
+        for (unsigned r = 0; r < blocks; ++r) first_id = min(first_id, in_block(&h, r)->first_id[bin]);
+        const Boundary found{bin, running, m.bins[j].count, first_id};
+        for (unsigned r = 0; r < blocks; ++r) *in_block(&s.boundary, r) = found;
+      }
+      running = next;
+    }
+  }
+  cluster.sync();  // the boundary is in every block, and no block reads another's h any more
   const Boundary boundary = s.boundary;
   __syncthreads();  // boundary is reused
   return boundary;
 }
+
 // The n-th lowest id (n >= 1) among the row's tokens whose key is `key`, in every thread. The blocks' parts are
 // consecutive runs of ids, so the tied tokens of the blocks before this one come first: the block whose part holds
 // the n-th counts its own in tiles of 1024 ids, in id order, up to the tile that holds it, ranks it within that tile
