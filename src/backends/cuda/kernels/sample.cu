@@ -16,9 +16,10 @@
 // in any order, and a histogram may be built with integer atomics.
 //
 // A row is spread over a cluster of up to 16 blocks (one multiprocessor each): every block sweeps its own run of
-// consecutive ids into its own shared-memory histograms, and the row's histogram is their sum, read bin by bin
-// through distributed shared memory between two cluster barriers. Integer sums make that merge exact, so the ids
-// drawn do not depend on the cluster's size; every block computes the same boundaries from the same sums.
+// consecutive ids into its own shared-memory histograms, and the row's histogram is their sum: each block sums its
+// own share of the bins over the cluster through distributed shared memory, and the block whose share holds a
+// boundary hands it to every block (find_boundary). Integer sums make that merge exact, so the ids drawn do not
+// depend on the cluster's size, and every block returns the same boundaries.
 //
 // What the GPU sums differently: the CPU reference adds std::exp(s) in double in rank order; the GPU adds expf(s)
 // (within 2 ulp of it) truncated to 2^-shift. Ranks, the kept set and tie order are identical on both; a top-p cut
