@@ -4,8 +4,10 @@ what it printed or wrote.
 
   planted_plumb.py MODE REAL_PLUMB ARGS...
 
-bench modes (the JSON of --json): every time and the copy bandwidth replaced by fixed values that move by at most
-0.5 % between runs (a jitter from the JSON's path), so verdicts do not depend on this machine's noise:
+bench modes (the JSON of --json): every time and the copy bandwidth replaced by fixed values that move by 0.3 % from
+round to round (a jitter from the round in the JSON's file name, the same for both sides, so a side compared with
+itself has equal medians and a resolution of 0.6 %), so verdicts depend neither on this machine's noise nor on the
+name of the temporary folder:
   steady  the fixed values;   slow  times x1.1 and bandwidth / 1.1 (a planted loss).
 generate modes (--print-ids --hash output):
   flip    prompts of at least 64 ids: generated ids from position 3 on are changed, and the tokens hash with them;
@@ -13,6 +15,8 @@ generate modes (--print-ids --hash output):
 Any other command, or a mode that does not apply to it, runs the real binary unchanged.
 """
 import json
+import os
+import re
 import subprocess
 import sys
 import zlib
@@ -29,7 +33,10 @@ def bench(mode, real, args):
         return code
     with open(path) as f:
         doc = json.load(f)
-    jitter = 1.0 + ((zlib.crc32(path.encode()) % 11) - 5) / 1000.0
+    # ab.py names the file SIDE_roundN.json (or SIDE_warmup.json): the jitter keys on N alone.
+    tag = os.path.basename(path).split("_", 1)[-1]
+    rounds = re.findall(r"\d+", tag)
+    jitter = 1.0 + ((int(rounds[0]) % 3) - 1) * 0.003 if rounds else 1.0
     factor = jitter * (1.1 if mode == "slow" else 1.0)
     doc["copy"]["bandwidth_bytes_per_s"] = 10e9 / factor
     for i, d in enumerate(doc["decode"]):
