@@ -30,16 +30,24 @@ std::vector<int32_t> KvPagePool::allocate(int64_t count) {
   std::vector<int32_t> pages(free_.end() - count, free_.end());
   std::reverse(pages.begin(), pages.end());
   free_.resize(free_.size() - static_cast<size_t>(count));
-  for (int32_t page : pages) allocated_[page] = true;
+  for (int32_t page : pages) holders_[page] = 1;
   return pages;
+}
+
+void KvPagePool::share(std::span<const int32_t> pages) {
+  for (int32_t page : pages) PLUMB_CHECK(holders(page) > 0, "KV page pool: page {} is not allocated", page);
+  for (int32_t page : pages) ++holders_[page];
 }
 
 void KvPagePool::release(std::span<const int32_t> pages) {
   for (int32_t page : pages) {
-    PLUMB_CHECK(page >= 0 && page < capacity_ && allocated_[page], "KV page pool: page {} is not allocated", page);
-    allocated_[page] = false;
-    free_.push_back(page);
+    PLUMB_CHECK(holders(page) > 0, "KV page pool: page {} is not allocated", page);
+    if (--holders_[page] == 0) free_.push_back(page);
   }
+}
+
+int32_t KvPagePool::holders(int32_t page) const {
+  return page >= 0 && page < capacity_ ? holders_[page] : 0;
 }
 
 void KvPagePool::reserve(int64_t pages) {
@@ -60,7 +68,7 @@ void KvPagePool::reserve(int64_t pages) {
   std::vector<int32_t> fresh;
   for (int64_t page = pages - 1; page >= capacity_; --page) fresh.push_back(static_cast<int32_t>(page));
   free_.insert(free_.begin(), fresh.begin(), fresh.end());
-  allocated_.resize(static_cast<size_t>(pages), false);
+  holders_.resize(static_cast<size_t>(pages), 0);
   capacity_ = pages;
 }
 
@@ -92,6 +100,12 @@ void KvPages::cover(int64_t tokens) {
   const int64_t missing = (tokens - tokens_covered() + kKvPageSize - 1) / kKvPageSize;
   const std::vector<int32_t> pages = pool_->allocate(missing);
   ids_.insert(ids_.end(), pages.begin(), pages.end());
+}
+
+void KvPages::share(std::span<const int32_t> pages) {
+  PLUMB_CHECK(pool_ != nullptr && ids_.empty(), "KV pages: only a handle of a pool without pages can share pages");
+  pool_->share(pages);
+  ids_.assign(pages.begin(), pages.end());
 }
 
 void KvPages::reset() {

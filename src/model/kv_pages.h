@@ -1,7 +1,10 @@
 // The attention layers' KV caches as pages of one pool shared by every sequence of a model, as vLLM's block tables:
 // a page holds kKvPageSize positions, and one page id indexes the same page in every attention layer's pool, so a
 // sequence has one page table for all layers. A sequence owns its pages through a KvPages handle, which returns them
-// to the pool when the sequence's state is destroyed or replaced.
+// to the pool when the sequence's state is destroyed or replaced. A full page may be held by several handles at once
+// (a prefix cache's entry and the sequences that start from it): the pool counts its holders and frees it when the
+// last lets go. No holder writes a page another holds: a sequence writes only the positions past those it started
+// from, and it starts from whole pages.
 //
 // Not thread-safe: the thread that runs a model's forward calls allocates, releases and grows its pool.
 #pragma once
@@ -34,10 +37,16 @@ class KvPagePool {
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
   int64_t used_pages() const { return capacity_ - free_pages(); }
 
-  // Takes `count` free pages, the most recently released first; grows the pool when too few are free.
+  // Takes `count` free pages, the most recently released first, each with one holder; grows the pool when too few
+  // are free.
   std::vector<int32_t> allocate(int64_t count);
-  // Returns pages to the free list. Throws plumb::Error for an id that is not an allocated page.
+  // One more holder for each of `pages`. Throws plumb::Error for an id that is not an allocated page.
+  void share(std::span<const int32_t> pages);
+  // One holder fewer for each of `pages`; a page without holders returns to the free list. Throws plumb::Error for an
+  // id that is not an allocated page.
   void release(std::span<const int32_t> pages);
+  // Holders of `page` (0: free).
+  int32_t holders(int32_t page) const;
   // Grows the pool to at least `pages` pages: new pool tensors, the old pages copied in, so every page id keeps its
   // contents. Growth replaces the pool tensors: take k()/v() after it.
   void reserve(int64_t pages);
@@ -53,9 +62,9 @@ class KvPagePool {
   std::vector<bool> attention_layers_;  // [layers]
   int64_t kv_heads_, head_dim_;
   int64_t capacity_ = 0;
-  std::vector<Tensor> k_, v_;    // [layers]: the pools
-  std::vector<int32_t> free_;    // free page ids; allocation takes from the back
-  std::vector<bool> allocated_;  // [capacity]: whether each page is held by a sequence
+  std::vector<Tensor> k_, v_;     // [layers]: the pools
+  std::vector<int32_t> free_;     // free page ids; allocation takes from the back
+  std::vector<int32_t> holders_;  // [capacity]: the handles holding each page (0: free)
 };
 
 // One sequence's pages, in position order: position p lives in page ids()[p / kKvPageSize]. Move-only; destroying or
@@ -72,6 +81,9 @@ class KvPages {
 
   // Allocates pages until they cover positions [0, tokens).
   void cover(int64_t tokens);
+  // For a handle without pages: holds `pages` (allocated pages of its pool, in position order) beside their other
+  // holders. The sequence must write none of their positions.
+  void share(std::span<const int32_t> pages);
   // Returns every page to the pool.
   void reset();
 

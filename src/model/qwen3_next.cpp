@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/error.h"
 #include "model/projection_stacks.h"
@@ -54,6 +55,21 @@ SequenceState Qwen3NextModel::fork_sequence(const SequenceState& state) const {
   for (size_t j = 0; j < from.size() && j < to.size(); ++j) kv_pool_->copy_page(from[j], to[j]);
   recurrent_pool_->copy(state.recurrent_slot.id(), fork.recurrent_slot.id());
   return fork;
+}
+
+SequenceState Qwen3NextModel::share_sequence(const SequenceState& state) const {
+  PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers && state.kv_pages.pool() == kv_pool_ &&
+                  state.recurrent_slot.pool() == recurrent_pool_,
+              "share_sequence: state is for another model");
+  PLUMB_CHECK(state.position % kKvPageSize == 0 && state.kv_pages.tokens_covered() >= state.position,
+              "share_sequence: a state at position {} does not end on a whole KV page of {} positions", state.position,
+              kKvPageSize);
+  SequenceState shared = new_sequence();
+  shared.position = state.position;
+  shared.kv_pages.share(
+      std::span<const int32_t>(state.kv_pages.ids()).first(static_cast<size_t>(state.position / kKvPageSize)));
+  recurrent_pool_->copy(state.recurrent_slot.id(), shared.recurrent_slot.id());
+  return shared;
 }
 
 Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,

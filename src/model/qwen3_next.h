@@ -70,6 +70,11 @@ class Qwen3NextModel {
   // A copy of `state` that goes on independently: its own conv and recurrent states and KV pages, bit-identical to
   // the original's, so both continue as the original would.
   SequenceState fork_sequence(const SequenceState& state) const;
+  // A sequence that starts where `state` is, sharing its KV pages rather than copying them: its own copy of the
+  // recurrent state, and the same pages for positions [0, position), held by both. state's position must be a
+  // multiple of kKvPageSize, so every shared page is full and neither sequence writes one. What a prefix cache keeps,
+  // and what a request that hits it starts from; both continue exactly as `state` would.
+  SequenceState share_sequence(const SequenceState& state) const;
   // The pool that holds every sequence's KV pages (its sequences keep it alive; the backend must outlive both).
   // gather_positions(backend(), kv_pool().k(layer), state.kv_pages.ids(), state.position) reads a cache.
   KvPagePool& kv_pool() const { return *kv_pool_; }

@@ -60,7 +60,8 @@ void Scheduler::finish(SequenceId id) {
   PLUMB_CHECK(cancel(id), "sequence {} is not known to the scheduler", id);
 }
 
-void Scheduler::admit() {
+std::vector<std::pair<SequenceId, int32_t>> Scheduler::admit() {
+  std::vector<std::pair<SequenceId, int32_t>> admitted;
   // First come, first served: a request that does not fit holds back those behind it, so none starves.
   while (!waiting_.empty() && slots_.has_free()) {
     const SequenceSpec& spec = waiting_.front();
@@ -68,12 +69,28 @@ void Scheduler::admit() {
     if (!pages_.can_reserve(pages)) break;
     pages_.reserve(pages);
     running_.push_back(Sequence{spec, slots_.acquire(), pages, 0, 0});
+    admitted.push_back({spec.id, running_.back().slot});
     waiting_.pop_front();
   }
+  return admitted;
+}
+
+void Scheduler::start_at(SequenceId id, int64_t tokens) {
+  const std::optional<size_t> i = find_running(id);
+  PLUMB_CHECK(i.has_value(), "sequence {} is not running", id);
+  Sequence& s = running_[*i];
+  PLUMB_CHECK(s.computed == 0 && s.generated == 0 && tokens >= 0 && tokens < s.spec.prompt_tokens,
+              "sequence {} cannot start at {}: {} of its {} prompt tokens are computed", id, tokens, s.computed,
+              s.spec.prompt_tokens);
+  s.computed = tokens;
 }
 
 StepPlan Scheduler::schedule() {
   admit();
+  return plan();
+}
+
+StepPlan Scheduler::plan() const {
   StepPlan plan;
   int64_t budget = config_.step_tokens;
   for (const Sequence& s : running_) {

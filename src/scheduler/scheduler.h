@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "scheduler/state_pool.h"
@@ -69,6 +70,13 @@ class Scheduler {
 
   // Admits what fits, then plans the next step. Call complete() with the plan once it has run.
   StepPlan schedule();
+  // schedule()'s two halves, for a caller that acts between them: admit() admits what fits and returns each admitted
+  // sequence's id and slot, in admission order; plan() plans the next step.
+  std::vector<std::pair<SequenceId, int32_t>> admit();
+  StepPlan plan() const;
+  // A sequence admitted but not yet planned starts with its first `tokens` prompt tokens already in its slot (a
+  // prefix cache hit): its prefill begins there. 0 <= tokens < its prompt.
+  void start_at(SequenceId id, int64_t tokens);
   // Advances every sequence in `plan` and retires those that drew their last allowed token; returns their ids (their
   // slots and pages are already free).
   std::vector<SequenceId> complete(const StepPlan& plan);
@@ -90,7 +98,6 @@ class Scheduler {
   };
   std::optional<size_t> find_running(SequenceId id) const;
   void release(const Sequence& s);
-  void admit();
 
   SchedulerConfig config_;
   SlotPool slots_;
