@@ -17,6 +17,10 @@
 #           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated; greedy, then sampled at 1 and 64 with
 #           the draw on the GPU and, through min_p, on the host), then bench/server/determinism.py: 1000
 #           greedy completions of one prompt under mixed load through plumb serve --device cuda --model models/default
+# multiturn bench/server/multiturn.py: 10-turn chats over a 2K system prompt (200 new tokens and a 200-token answer a
+#           turn) at 1 and 16 sessions, with the prefix cache and with --no-prefix-cache (35B shapes; models/default
+#           with a 1K system prompt and 6 turns, its context being 4K), then load.py with fresh prompts (no hits) at
+#           concurrency 16, with and without the cache
 # heldout   plumb (CPU) against transformers on held-out models (tools/heldout_check.py)
 # demo      the default model generating text on the GPU
 # ab        bench/ab/ab.py: a baseline plumb (A: $PLUMB_AB_BASE, default build/ab-base/bin/plumb, unpacked from
@@ -39,7 +43,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear sampler harness e2e sanitize bench serve heldout demo profile"
+default_steps="linear sampler harness e2e sanitize bench serve multiturn heldout demo profile"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -165,6 +169,26 @@ if want serve; then
     -- --device cuda --model models/default --max-batch 32 2>&1 | tee "$out/serve_determinism.log"
   [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
   record serve $ok
+fi
+
+if want multiturn; then
+  echo "== the prefix cache: multi-turn chat TTFT with and without it, and load with no hits"
+  ok=pass
+  timeout 420 python3 bench/server/multiturn.py --plumb "$plumb" --concurrency 1,16 --turns 10 --system-tokens 2048 \
+    --new-tokens 200 --max-tokens 200 --json "$out/multiturn_35b.json" \
+    -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 16 2>&1 | tee "$out/multiturn_35b.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  timeout 240 python3 bench/server/multiturn.py --plumb "$plumb" --concurrency 1,16 --turns 6 --system-tokens 1024 \
+    --new-tokens 200 --max-tokens 200 --json "$out/multiturn_default.json" \
+    -- --device cuda --model models/default --max-batch 16 2>&1 | tee "$out/multiturn_default.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  for cache in on off; do
+    timeout 150 python3 bench/server/load.py --plumb "$plumb" --concurrency 16 --requests 64 --prompt-tokens 512 \
+      --max-tokens 64 --json "$out/serve_load_cache_$cache.json" -- --device cuda --synthetic qwen3.5-35b-a3b \
+      --max-batch 16 $([ $cache = off ] && echo --no-prefix-cache) 2>&1 | tee "$out/serve_load_cache_$cache.md"
+    [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  done
+  record multiturn $ok
 fi
 
 if want heldout; then

@@ -97,8 +97,9 @@ class RequestFailed(Exception):
 
 
 def complete(url, body, timeout=600):
-    """POSTs `body` to /v1/completions. Returns {"text", "completion_tokens", "ttft_s", "gaps_s"}: the whole text, the
-    tokens usage counts, and (streamed) the time to the first text chunk and the gaps between later ones."""
+    """POSTs `body` to /v1/completions. Returns {"text", "completion_tokens", "cached_tokens", "ttft_s", "gaps_s"}: the
+    whole text, the tokens usage counts (generated, and prompt tokens the prefix cache held), and (streamed) the time
+    to the first text chunk and the gaps between later ones."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     stream = bool(body.get("stream"))
@@ -113,8 +114,8 @@ def complete(url, body, timeout=600):
         if not stream:
             answer = json.loads(r.read())
             return {"text": answer["choices"][0]["text"], "completion_tokens": answer["usage"]["completion_tokens"],
-                    "ttft_s": None, "gaps_s": []}
-        text, tokens, ttft, last, gaps = [], None, None, None, []
+                    "cached_tokens": cached_tokens(answer["usage"]), "ttft_s": None, "gaps_s": []}
+        text, tokens, cached, ttft, last, gaps = [], None, None, None, None, []
         for raw in r:
             line = raw.decode().rstrip("\r\n")
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -124,6 +125,7 @@ def complete(url, body, timeout=600):
                 raise RequestFailed(f"stream error: {event['error']}")
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
+                cached = cached_tokens(event["usage"])
             for choice in event.get("choices", []):
                 if not choice.get("text"):
                     continue
@@ -134,9 +136,15 @@ def complete(url, body, timeout=600):
                     gaps.append(now - last)
                 last = now
                 text.append(choice["text"])
-        return {"text": "".join(text), "completion_tokens": tokens, "ttft_s": ttft, "gaps_s": gaps}
+        return {"text": "".join(text), "completion_tokens": tokens, "cached_tokens": cached, "ttft_s": ttft,
+                "gaps_s": gaps}
     finally:
         conn.close()
+
+
+def cached_tokens(usage):
+    """usage.prompt_tokens_details.cached_tokens, 0 where a server leaves it out."""
+    return (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
 
 
 def run_clients(url, bodies, concurrency):

@@ -36,6 +36,9 @@ struct ServeArgs {
   int64_t kv_pages = 0;        // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
   double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
   double gpu_memory_utilization = 0.90;  // of the GPU memory free after the weights: what serving may reserve
+  double prefix_cache_gib = -1.0;        // below 0: the default (ServeMemoryOptions)
+  bool no_prefix_cache = false;
+  int64_t prefix_cache_stride = kKvPageSize;
   std::string log_format = "text";
   double log_interval = 5.0;  // seconds between throughput lines while busy
   server::HttpLimits http;    // connection caps; the timeouts below in seconds
@@ -93,10 +96,14 @@ void run_serve(const ServeArgs& a) {
   scheduler.step_tokens = a.max_batch + 4 * a.prefill_chunk;
   // The scheduler counts the model's own pages, so what it admits is what the pool holds.
   scheduler.kv_page_tokens = kKvPageSize;
+  PLUMB_CHECK(!a.no_prefix_cache || a.prefix_cache_gib < 0.0, "--no-prefix-cache and --prefix-cache-gib {} disagree",
+              a.prefix_cache_gib);
   const ServeMemory memory = reserve_serve_memory(
-      {a.device, a.max_batch, scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization}, model,
-      runner, context);
+      {a.device, a.max_batch, scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
+       a.no_prefix_cache ? 0.0 : a.prefix_cache_gib, a.prefix_cache_stride},
+      model, runner, context);
   scheduler.kv_pages = memory.kv_pages;
+  if (memory.prefix_cache.snapshots > 0) runner.enable_prefix_cache(memory.prefix_cache);
   Engine engine(runner, scheduler);
 
   server::ServerOptions options;
@@ -156,6 +163,15 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
                     "share of the GPU memory free after the weights that serving reserves at start: state slots, "
                     "step memory, and KV pages in the rest (unless --kv-pages or --kv-cache-gib)");
+  serve->add_option("--prefix-cache-gib", args->prefix_cache_gib,
+                    "memory for the prefix cache, which keeps prompts' states at 64-token boundaries so a request that "
+                    "starts with a kept prompt runs only the rest (default: a tenth of what the state slots and step "
+                    "memory leave of the GPU budget, 1 GiB on the CPU)");
+  serve->add_option("--prefix-cache-stride", args->prefix_cache_stride,
+                    "tokens between the prompt states the prefix cache keeps, a multiple of 64 (and always the "
+                    "prompt's last 64-token boundary): longer keeps more prompts in the same memory, each resumed "
+                    "from further back (default 64)");
+  serve->add_flag("--no-prefix-cache", args->no_prefix_cache, "keep no prompt states (--prefix-cache-gib 0)");
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
   serve->add_option("--allowed-origins", args->allowed_origins,
                     "origins a browser app may call from (CORS), comma-separated, e.g. https://app.example");

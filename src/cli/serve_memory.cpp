@@ -55,6 +55,31 @@ void reserve_kv_pages(const Qwen3NextModel& model, int64_t pages, const std::str
   }
 }
 
+// The prefix cache's limits for `bytes`, refusing a --prefix-cache-gib too small for one entry.
+PrefixCacheLimits cache_limits(const ServeMemoryOptions& o, const Qwen3NextModel& model, double bytes) {
+  PLUMB_CHECK(std::isfinite(o.prefix_cache_gib), "--prefix-cache-gib must be a finite number, got {}",
+              o.prefix_cache_gib);
+  if (o.prefix_cache_gib == 0.0) return {};
+  PLUMB_CHECK(o.prefix_cache_stride > 0 && o.prefix_cache_stride % kKvPageSize == 0,
+              "--prefix-cache-stride {}: the stride must be a positive multiple of {} tokens", o.prefix_cache_stride,
+              kKvPageSize);
+  const PrefixCacheLimits limits = prefix_cache_limits(model, bytes, o.prefix_cache_stride);
+  PLUMB_CHECK(o.prefix_cache_gib < 0.0 || limits.snapshots > 0,
+              "--prefix-cache-gib {}: less than one prefix cache entry ({} bytes of recurrent state and {} KV pages "
+              "of {} bytes); raise it, or 0 for no cache",
+              o.prefix_cache_gib, model.recurrent_pool().slot_bytes(), o.prefix_cache_stride / kKvPageSize + 1,
+              model.kv_pool().page_bytes());
+  return limits;
+}
+
+std::string cache_summary(const PrefixCacheLimits& limits, const Qwen3NextModel& model) {
+  if (limits.snapshots == 0) return "no prefix cache";
+  const double bytes = static_cast<double>(limits.snapshots * model.recurrent_pool().slot_bytes() +
+                                           limits.pages * model.kv_pool().page_bytes());
+  return fmt::format("a prefix cache of {} entries and {} KV pages ({:.3g} GiB, a state every {} prompt tokens)",
+                     limits.snapshots, limits.pages, bytes / kGiB, limits.stride);
+}
+
 std::string asked_flag(const ServeMemoryOptions& o) {
   return o.kv_pages > 0 ? fmt::format("--kv-pages {}", o.kv_pages) : fmt::format("--kv-cache-gib {}", o.kv_cache_gib);
 }
@@ -73,12 +98,16 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   if (backend.device() == Device::kCpu) {
     states.reserve(o.max_batch);
     const int64_t pages = asked > 0 ? asked : most_useful;
+    // The cache's slots and pages are allocated as it keeps entries, like the sequences' pages.
+    const PrefixCacheLimits cache =
+        cache_limits(o, model, (o.prefix_cache_gib < 0.0 ? kDefaultCpuPrefixCacheGib : o.prefix_cache_gib) * kGiB);
     if (asked > 0) reserve_kv_pages(model, asked, asked_flag(o));
-    return {pages, fmt::format("plumb serve: {} sequence slots ({:.3g} GiB of recurrent state), {} KV pages of {} "
-                               "positions ({:.3g} GiB{})",
-                               o.max_batch, static_cast<double>(states.capacity() * states.slot_bytes()) / kGiB, pages,
-                               kKvPageSize, static_cast<double>(pages) * static_cast<double>(kv.page_bytes()) / kGiB,
-                               asked > 0 ? ", reserved" : ", allocated as sequences grow")};
+    return {pages, cache,
+            fmt::format("plumb serve: {} sequence slots ({:.3g} GiB of recurrent state), {} KV pages of {} "
+                        "positions ({:.3g} GiB{}), {}",
+                        o.max_batch, static_cast<double>(states.capacity() * states.slot_bytes()) / kGiB, pages,
+                        kKvPageSize, static_cast<double>(pages) * static_cast<double>(kv.page_bytes()) / kGiB,
+                        asked > 0 ? ", reserved" : ", allocated as sequences grow", cache_summary(cache, model))};
   }
 
   // The GPU: measure what the weights left, take the slots and the step memory, and give the rest of the budget to
@@ -107,9 +136,20 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   const double state_bytes = static_cast<double>(states.capacity() * states.slot_bytes());
   // What serving holds apart from KV pages: the slots and the step memory (the arena, cached step blocks, tables).
   const double held = static_cast<double>(after_weights.free_bytes - after_warm_up.free_bytes) - kv_now;
+  // The prefix cache comes out of what is left of the budget, before the sequences' KV pages.
+  const PrefixCacheLimits cache = cache_limits(
+      o, model,
+      o.prefix_cache_gib < 0.0 ? kDefaultPrefixCacheShare * std::max(0.0, budget - held) : o.prefix_cache_gib * kGiB);
+  const double cache_bytes = static_cast<double>(cache.snapshots * states.slot_bytes() + cache.pages * kv.page_bytes());
+  try {
+    states.reserve(states.capacity() + cache.snapshots);
+  } catch (const Error& e) {
+    PLUMB_FAIL("plumb serve --device {}: {} does not fit ({})", o.device, cache_summary(cache, model), e.what());
+  }
   int64_t pages = asked;
   if (asked == 0) {
-    const double fit = std::floor((budget - held) / static_cast<double>(std::max<int64_t>(1, kv.page_bytes())));
+    const double fit =
+        std::floor((budget - held - cache_bytes) / static_cast<double>(std::max<int64_t>(1, kv.page_bytes())));
     PLUMB_CHECK(fit >= static_cast<double>(sinks + 1),
                 "--gpu-memory-utilization {}: {:.3g} GiB of the {:.3g} GiB free after the weights, less the {:.3g} "
                 "GiB the state of {} sequences and the step memory take, holds no KV page for a sequence; raise it "
@@ -118,17 +158,18 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
                 held / kGiB, o.max_batch);
     pages = std::min(static_cast<int64_t>(std::min(fit, 2147483647.0)) - sinks, most_useful);
   }
-  reserve_kv_pages(model, pages + sinks,
+  reserve_kv_pages(model, pages + sinks + cache.pages,
                    asked > 0 ? asked_flag(o) : fmt::format("--gpu-memory-utilization {}", o.gpu_memory_utilization));
-  return {pages, fmt::format("plumb serve: reserved {} sequence slots ({:.3g} GiB of recurrent state), {} KV pages of "
-                             "{} positions ({:.3g} GiB, {} positions), {:.3g} GiB of step memory; {:.3g} GiB was free "
-                             "after the weights, {}",
-                             o.max_batch, state_bytes / kGiB, pages, kKvPageSize,
-                             static_cast<double>(pages + sinks) * static_cast<double>(kv.page_bytes()) / kGiB,
-                             pages * kKvPageSize, (held - state_bytes) / kGiB,
-                             static_cast<double>(after_weights.free_bytes) / kGiB,
-                             asked > 0 ? fmt::format("the pages as {} asks", asked_flag(o))
-                                       : fmt::format("the budget is {} of it", o.gpu_memory_utilization))};
+  return {pages, cache,
+          fmt::format("plumb serve: reserved {} sequence slots ({:.3g} GiB of recurrent state), {} KV pages of "
+                      "{} positions ({:.3g} GiB, {} positions), {:.3g} GiB of step memory, {}; {:.3g} GiB was free "
+                      "after the weights, {}",
+                      o.max_batch, state_bytes / kGiB, pages, kKvPageSize,
+                      static_cast<double>(pages + sinks) * static_cast<double>(kv.page_bytes()) / kGiB,
+                      pages * kKvPageSize, (held - state_bytes) / kGiB, cache_summary(cache, model),
+                      static_cast<double>(after_weights.free_bytes) / kGiB,
+                      asked > 0 ? fmt::format("the pages as {} asks", asked_flag(o))
+                                : fmt::format("the budget is {} of it", o.gpu_memory_utilization))};
 }
 
 }  // namespace plumb::cli

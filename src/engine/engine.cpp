@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "core/error.h"
@@ -128,27 +129,59 @@ EngineStats Engine::stats() const {
                      scheduler_.slots().capacity(),
                      scheduler_.pages().used(),
                      scheduler_.pages().capacity(),
-                     steps_};
+                     steps_,
+                     prefix_hits_,
+                     prefix_cached_tokens_};
+}
+
+void Engine::start_admitted(const std::vector<std::pair<SequenceId, int32_t>>& admitted) {
+  // A kept prefix ends at a multiple of kKvPageSize; chunks of a multiple of it then still end where they would from
+  // position 0, so every call the sequence makes computes what it would have (the chunk rule).
+  const bool aligned = scheduler_.config().prefill_chunk % kKvPageSize == 0;
+  for (const auto& [id, slot] : admitted) {
+    Active& a = *active_.at(id);
+    const int64_t cached = aligned ? runner_.start_from_cache(slot, a.request.prompt) : 0;
+    if (cached > 0) {
+      scheduler_.start_at(id, cached);
+      ++prefix_hits_;
+      prefix_cached_tokens_ += cached;
+    }
+    a.unreported_cached_tokens = cached;
+  }
+}
+
+void Engine::offer_prefixes(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active) {
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
+    const int64_t position = w.start + w.count;
+    if (!active_.count(w.id) || position % kKvPageSize != 0) continue;
+    // Prompt tokens only: generated ones ran one at a time, through the decode path, whose arithmetic is not a
+    // prompt chunk's, so a state kept inside an answer would give a later prompt that contains it other bits than
+    // the same prompt run from 0.
+    const Active& a = *active[i];
+    if (position > static_cast<int64_t>(a.request.prompt.size())) continue;
+    runner_.offer_prefix(w.slot, a.request.prompt, position);
+  }
 }
 
 void Engine::loop() {
   for (;;) {
     StepPlan plan;
     std::vector<std::shared_ptr<Active>> active;  // [plan.work]
-    std::vector<int32_t> released;
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !scheduler_.idle(); });
       if (stopping_) return;
-      plan = scheduler_.schedule();
+      // Ended requests' slots first: a slot admitted below may be one of them, and its new state must not go.
+      for (int32_t slot : released_slots_) runner_.release(slot);
+      released_slots_.clear();
+      start_admitted(scheduler_.admit());
+      plan = scheduler_.plan();
       for (const ScheduledWork& w : plan.work) {
         active.push_back(active_.at(w.id));
         active.back()->slot = w.slot;
       }
-      released.swap(released_slots_);
     }
-    // Safe even for a slot this plan reuses: a reused slot's first work starts at 0, which rebuilds its state.
-    for (int32_t slot : released) runner_.release(slot);
     // A request cancelled from here on still runs this step; complete() then skips it and its results are dropped.
     run_step(plan, active);
   }
@@ -270,10 +303,14 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     }
     events.push_back({w.id, EngineEvent{token, finish, {}}});
   }
+  // Before anything ends: every sequence of the step still holds its state.
+  if (error.empty()) offer_prefixes(plan, active);
   for (const auto& [id, event] : events)
     if (event.finish) scheduler_.finish(id);
   const std::vector<SequenceId> retired = scheduler_.complete(plan);
   for (auto& [id, event] : events) {
+    Active& a = *active_.at(id);
+    event.cached_tokens = std::exchange(a.unreported_cached_tokens, std::nullopt);
     // A constraint that is done has the last word on why.
     if (std::find(retired.begin(), retired.end(), id) != retired.end() && event.finish != StopCause::kConstraintDone)
       event.finish = StopCause::kLength;

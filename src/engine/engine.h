@@ -46,6 +46,9 @@ struct EngineEvent {
   std::optional<GeneratedToken> token;  // a new token
   std::optional<StopCause> finish;      // set on the request's last event
   std::string error;                    // with kError
+  // On the request's first event after it was admitted: the prompt tokens its state started from, kept by the
+  // runner's prefix cache (0 when it ran the whole prompt).
+  std::optional<int64_t> cached_tokens = std::nullopt;
 };
 
 // A thread-safe queue of one request's events.
@@ -93,6 +96,8 @@ struct EngineStats {
   int64_t kv_pages_used = 0;
   int64_t kv_pages_total = 0;
   uint64_t steps = 0;
+  int64_t prefix_hits = 0;           // admitted requests that started from a kept prefix
+  int64_t prefix_cached_tokens = 0;  // prompt tokens those requests did not run
 };
 
 class Engine {
@@ -121,7 +126,15 @@ class Engine {
     std::shared_ptr<RequestStream> stream;
     std::vector<int32_t> tokens;  // prompt, then the drawn tokens
     int32_t slot = -1;            // its state slot once scheduled
+    // The prompt tokens its state started from once admitted, until its first event reports them.
+    std::optional<int64_t> unreported_cached_tokens = std::nullopt;
   };
+  // Under mutex_, for the sequences just admitted: each one's slot starts from the runner's longest kept prefix of
+  // its prompt, where the prompt's chunks allow it.
+  void start_admitted(const std::vector<std::pair<SequenceId, int32_t>>& admitted);
+  // Under mutex_, after a step: the runner may keep the state of every sequence whose prompt chunks the step left at
+  // a whole block.
+  void offer_prefixes(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active);
   void loop();
   void run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active);
   void end(SequenceId id, EngineEvent last);  // under mutex_: removes the request and pushes its last event
@@ -135,6 +148,7 @@ class Engine {
   bool stopping_ = false;
   std::vector<int32_t> released_slots_;  // slots of ended requests, freed in the runner before the next step
   uint64_t steps_ = 0;
+  int64_t prefix_hits_ = 0, prefix_cached_tokens_ = 0;
   std::thread thread_;
 };
 

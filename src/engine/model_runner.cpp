@@ -11,6 +11,10 @@ ModelRunner::ModelRunner(const Qwen3NextModel& model, int32_t slots, StepGraphOp
   PLUMB_CHECK(slots > 0, "a model runner needs at least one slot, got {}", slots);
 }
 
+void ModelRunner::enable_prefix_cache(PrefixCacheLimits limits) {
+  cache_.emplace(model_, limits);
+}
+
 int64_t ModelRunner::vocab_size() const {
   return model_.config().vocab_size;
 }
@@ -107,6 +111,30 @@ RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
 void ModelRunner::release(int32_t slot) {
   PLUMB_CHECK(slot >= 0 && static_cast<size_t>(slot) < states_.size(), "state slot {} out of range", slot);
   states_[static_cast<size_t>(slot)].reset();
+}
+
+int64_t ModelRunner::start_from_cache(int32_t slot, std::span<const int32_t> prompt) {
+  release(slot);
+  if (!cache_) return 0;
+  std::optional<SequenceState> kept = cache_->resume(prompt);
+  if (!kept) return 0;
+  const int64_t position = kept->position;
+  states_[static_cast<size_t>(slot)] = std::move(*kept);
+  return position;
+}
+
+void ModelRunner::offer_prefix(int32_t slot, std::span<const int32_t> prompt, int64_t position) {
+  if (!cache_ || !cache_->wants(position, static_cast<int64_t>(prompt.size()))) return;
+  PLUMB_CHECK(slot >= 0 && static_cast<size_t>(slot) < states_.size(), "state slot {} out of range", slot);
+  const std::optional<SequenceState>& state = states_[static_cast<size_t>(slot)];
+  PLUMB_CHECK(state && state->position == position, "slot {}: offered {} tokens as its prefix, but its state is at {}",
+              slot, position, state ? state->position : -1);
+  cache_->keep(prompt.first(static_cast<size_t>(position)), *state);
+}
+
+std::optional<PrefixCacheStats> ModelRunner::prefix_cache_stats() const {
+  if (!cache_) return std::nullopt;
+  return cache_->stats();
 }
 
 }  // namespace plumb

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/prefix_cache.h"
 #include "engine/runner.h"
 #include "engine/step_graphs.h"
 #include "model/qwen3_next.h"
@@ -17,6 +18,8 @@ namespace plumb {
 class ModelRunner final : public Runner {
  public:
   ModelRunner(const Qwen3NextModel& model, int32_t slots, StepGraphOptions graphs = {});
+  // From now on a PrefixCache of `limits` serves start_from_cache and offer_prefix (without one they keep nothing).
+  void enable_prefix_cache(PrefixCacheLimits limits);
   int64_t vocab_size() const override;
   int64_t max_context() const override;
   bool draws_tokens() const override;
@@ -30,6 +33,10 @@ class ModelRunner final : public Runner {
   int64_t sink_sequences() const { return graphs_.sinks_needed(); }
   RunnerOutput forward(const std::vector<RunnerEntry>& batch) override;
   void release(int32_t slot) override;
+  int64_t start_from_cache(int32_t slot, std::span<const int32_t> prompt) override;
+  void offer_prefix(int32_t slot, std::span<const int32_t> prompt, int64_t position) override;
+  // The cache's counts; nullopt without one.
+  std::optional<PrefixCacheStats> prefix_cache_stats() const;
 
  private:
   RunnerOutput run(const std::vector<RunnerEntry>& batch);
@@ -37,6 +44,7 @@ class ModelRunner final : public Runner {
   const Qwen3NextModel& model_;
   std::vector<std::optional<SequenceState>> states_;  // [slots]
   StepGraphs graphs_;
+  std::optional<PrefixCache> cache_;
 };
 
 }  // namespace plumb

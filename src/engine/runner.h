@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "ops/backend.h"
@@ -38,6 +39,14 @@ class Runner {
   virtual RunnerOutput forward(const std::vector<RunnerEntry>& batch) = 0;
   // The sequence in `slot` is gone: its state memory may be freed.
   virtual void release(int32_t slot) = 0;
+
+  // Prefix caching (a runner without a cache keeps these defaults). A new sequence for `prompt` in `slot`: the
+  // slot's state becomes the longest kept prefix of the prompt shorter than it, and its length is returned (the
+  // sequence's first entry then starts there); 0 when none is kept (the first entry starts at 0 as usual).
+  virtual int64_t start_from_cache(int32_t /*slot*/, std::span<const int32_t> /*prompt*/) { return 0; }
+  // The sequence in `slot` has processed exactly the first `position` tokens of its `prompt` (a positive multiple of
+  // 64): the runner may keep its state for later prompts that start with them.
+  virtual void offer_prefix(int32_t /*slot*/, std::span<const int32_t> /*prompt*/, int64_t /*position*/) {}
 };
 
 }  // namespace plumb

@@ -78,6 +78,7 @@ class GenerationRun {
   OutputParser parser_;
   bool client_gone_ = false;
   int64_t completion_tokens_ = 0;
+  int64_t cached_tokens_ = 0;  // prompt tokens the prefix cache served (the engine reports them once)
   std::optional<Clock::time_point> last_token_;
   std::vector<GeneratedToken> pending_logprobs_;  // tokens whose logprobs are not yet sent (streaming)
   OutputDelta whole_;                             // the answer so far (not streaming)
@@ -194,8 +195,12 @@ int GenerationRun::fail(int status, const std::string& message) {
   return status;
 }
 
-Json usage_json(int64_t prompt, int64_t completion) {
-  return Json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+// OpenAI's usage object; cached: the prompt tokens the prefix cache served (prompt_tokens_details.cached_tokens).
+Json usage_json(int64_t prompt, int64_t completion, int64_t cached) {
+  return Json{{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion},
+              {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 int GenerationRun::finish_stream(const std::string& finish_reason) {
@@ -210,7 +215,7 @@ int GenerationRun::finish_stream(const std::string& finish_reason) {
   if (request_.include_usage) {
     Json usage = chunk_base();
     usage["choices"] = Json::array();
-    usage["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_);
+    usage["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_, cached_tokens_);
     send_event(usage);
   }
   if (!client_gone_) exchange_.write("data: [DONE]\n\n");
@@ -236,7 +241,7 @@ int GenerationRun::finish_whole(const std::string& finish_reason) {
   Json body = chunk_base();
   body["object"] = chat_ ? "chat.completion" : "text_completion";
   body["choices"] = Json::array({choice});
-  body["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_);
+  body["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_, cached_tokens_);
   exchange_.reply(HttpResponse{200, "application/json", dump_json(body), {}});
   return 200;
 }
@@ -299,6 +304,7 @@ int GenerationRun::run() {
     // Checked whether or not tokens came: a non-streamed answer writes nothing until the end.
     client_gone_ = client_gone_ || exchange_.client_gone();
     for (const EngineEvent& e : events) {
+      if (e.cached_tokens) cached_tokens_ = *e.cached_tokens;
       if (e.token) {
         const Clock::time_point now = Clock::now();
         if (last_token_) {

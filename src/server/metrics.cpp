@@ -85,6 +85,10 @@ std::string Metrics::render(const EngineStats& engine) const {
   single("plumb_kv_pages_used", "gauge", "KV-cache pages reserved.", engine.kv_pages_used);
   single("plumb_kv_pages_total", "gauge", "KV-cache pages.", engine.kv_pages_total);
   single("plumb_engine_steps_total", "counter", "Engine steps run.", engine.steps);
+  single("plumb_prefix_cache_hits_total", "counter", "Admitted requests that started from a kept prompt prefix.",
+         engine.prefix_hits);
+  single("plumb_prefix_cache_tokens_total", "counter",
+         "Prompt tokens of admitted requests that the prefix cache served (not run).", engine.prefix_cached_tokens);
   return out;
 }
 

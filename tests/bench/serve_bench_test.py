@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""bench/server's load and determinism scripts, and `plumb serve --synthetic`, on the CPU in seconds.
+"""bench/server's load, multi-turn and determinism scripts, and `plumb serve --synthetic`, on the CPU in seconds.
 
   serve_bench_test.py CASE PLUMB
   load       load.py against `plumb serve --synthetic tiny` at concurrency 1 and 4: every level reported, in the
              table and the JSON, with positive rates and latencies
   tokenless  a --synthetic server has no tokenizer: chat and text prompts get a 400 saying so, token ids an answer
              whose text is one " ID" per token
+  multiturn  multiturn.py against `plumb serve --synthetic tiny`, with the prefix cache and without: every turn after
+             the first reports the last 64-token boundary of the turn before's prompt as cached, and none without it
   planted    determinism.py against a stand-in server whose greedy answers drift (every third request): exit 1, more
              than one distinct text; the same stand-in answering steadily: exit 0
 """
@@ -55,6 +57,27 @@ def load(plumb, work):
     check([(r["concurrency"], r["requests"]) for r in results] == [(1, 2), (4, 8)], "the JSON has both levels")
     keys = ["requests_per_s", "tokens_per_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99"]
     check(all(math.isfinite(r[k]) and r[k] > 0 for r in results for k in keys), "every figure is finite and > 0")
+
+
+def multiturn(plumb, work):
+    out = os.path.join(work, "multiturn.json")
+    # Prompts of 170, 218 and 266 tokens (130 + 40, then the answer of 8 and 40 more a turn): the second turn resumes
+    # at 128, the last boundary of the first's prompt, the third at 192.
+    proc = script("multiturn.py", "--plumb", plumb, "--concurrency", "1,2", "--turns", "3", "--system-tokens", "130",
+                  "--new-tokens", "40", "--max-tokens", "8", "--json", out, "--", "--synthetic", "tiny")
+    check(proc.returncode == 0, f"multiturn.py exits 0 (got {proc.returncode})")
+    if not os.path.exists(out):
+        return check(False, "multiturn.py wrote its JSON")
+    results = json.load(open(out))["results"]
+    check([(r["mode"], r["concurrency"]) for r in results] ==
+          [("cache", 1), ("cache", 2), ("no-cache", 1), ("no-cache", 2)], "the JSON has both modes at both levels")
+    for r in results:
+        prompts = [t["prompt_tokens"] for t in r["turns"]]
+        cached = [t["cached_tokens_median"] for t in r["turns"]]
+        want = [0, 128, 192] if r["mode"] == "cache" else [0, 0, 0]
+        check(prompts == [170, 218, 266], f"{r['mode']} x{r['concurrency']}: prompt lengths {prompts}")
+        check(cached == want, f"{r['mode']} x{r['concurrency']}: cached tokens {cached}, want {want}")
+        check(all(math.isfinite(t["ttft_ms_p50"]) and t["ttft_ms_p50"] > 0 for t in r["turns"]), "TTFTs > 0")
 
 
 def post(url, path, body):
@@ -129,7 +152,7 @@ def planted(plumb, work):
 def main():
     case, plumb = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as work:
-        {"load": load, "tokenless": tokenless, "planted": planted}[case](plumb, work)
+        {"load": load, "multiturn": multiturn, "tokenless": tokenless, "planted": planted}[case](plumb, work)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
 

@@ -142,10 +142,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuStepGraphs,
                          ::testing::Values("tests/fixtures/models/qwen3_next_moe",
                                            "tests/fixtures/models/qwen3_next_bf16",
                                            "tests/fixtures/models/qwen3_5_moe"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           const std::string path = info.param;
-                           return path.substr(path.rfind('/') + 1);
-                         });
+                         test::FolderName());
 
 }  // namespace
 }  // namespace plumb

@@ -155,11 +155,7 @@ TEST_P(BatchInvariance, AForkContinuesAsTheOriginalAndLeavesItUntouched) {
   expect_same_state(model, original, fork, "original and fork after the same tokens");
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::ValuesIn(kModels),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           const std::string path = info.param;
-                           return path.substr(path.rfind('/') + 1);
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, BatchInvariance, ::testing::ValuesIn(kModels), test::FolderName());
 
 }  // namespace
 }  // namespace plumb

@@ -119,11 +119,7 @@ TEST_P(Fixture, SplitPrefillAndDecodeMatchOnePrefill) {
   EXPECT_EQ(state.position, T);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Fixture, ::testing::ValuesIn(kFixtures),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           const std::string path = info.param;
-                           return path.substr(path.rfind('/') + 1);
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, Fixture, ::testing::ValuesIn(kFixtures), test::FolderName());
 
 }  // namespace
 }  // namespace plumb

@@ -15,7 +15,8 @@ struct StreamOutcome {
   std::vector<int32_t> tokens;
   std::vector<GeneratedToken> details;
   std::optional<StopCause> finish;
-  std::string error;  // with kError
+  std::string error;                     // with kError
+  std::optional<int64_t> cached_tokens;  // what the first event that reports it says
 };
 
 // The request's events until its last one, or until `timeout` (finish then stays empty, which the test sees).
@@ -24,6 +25,7 @@ inline StreamOutcome drain(RequestStream& stream, std::chrono::seconds timeout =
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!out.finish && std::chrono::steady_clock::now() < deadline) {
     for (EngineEvent& e : stream.wait(std::chrono::milliseconds(100))) {
+      if (e.cached_tokens && !out.cached_tokens) out.cached_tokens = e.cached_tokens;
       if (e.token) {
         out.tokens.push_back(e.token->id);
         out.details.push_back(*e.token);

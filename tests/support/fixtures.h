@@ -12,4 +12,13 @@ std::string fixtures_dir();
 // A fresh, empty folder under the system temp folder, unique to this process and `tag`.
 std::string scratch_dir(const std::string& tag);
 
+// A parameterized test's name for a model folder parameter: the folder's last name ("tests/fixtures/models/x" -> x).
+struct FolderName {
+  template <class ParamInfo>
+  std::string operator()(const ParamInfo& info) const {
+    const std::string path = info.param;
+    return path.substr(path.rfind('/') + 1);
+  }
+};
+
 }  // namespace plumb::test

@@ -6,26 +6,19 @@
 #include "model/state_hash.h"
 
 namespace plumb::test {
-namespace {
 
-using Hashes = std::vector<std::pair<std::string, uint64_t>>;
-
-// The last row's logits [V] of a forward's kLast output, then every layer's state.
 Hashes hashes_of(const Qwen3NextModel& model, const Tensor& last_logits, int64_t row, const SequenceState& state) {
   Hashes out{{"logits", tensor_hash(model.backend(), last_logits.rows(row, row + 1))}};
   for (auto& h : state_hashes(model, state)) out.push_back(std::move(h));
   return out;
 }
 
-// "" when equal, else the first entry that differs.
 std::string first_difference(const Hashes& want, const Hashes& got) {
   if (want.size() != got.size()) return "a different number of hashes";
   for (size_t i = 0; i < want.size(); ++i)
     if (want[i] != got[i]) return want[i].first;
   return "";
 }
-
-}  // namespace
 
 std::vector<std::string> split_mismatches(const Qwen3NextModel& model, const SplitCheck& check) {
   const int64_t V = model.config().vocab_size;

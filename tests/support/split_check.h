@@ -4,11 +4,20 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/qwen3_next.h"
 
 namespace plumb::test {
+
+// A forward's logits of one row, then every layer's state: (name, hash) pairs.
+using Hashes = std::vector<std::pair<std::string, uint64_t>>;
+
+// Row `row` of a forward's logits [rows, V] and `state` after it.
+Hashes hashes_of(const Qwen3NextModel& model, const Tensor& last_logits, int64_t row, const SequenceState& state);
+// "" when equal, else the name of the first hash that differs.
+std::string first_difference(const Hashes& want, const Hashes& got);
 
 struct SplitCheck {
   int64_t first_length = 1;  // every prompt length first_length..last_length

@@ -1,0 +1,206 @@
+// The prefix cache on the CPU reference (a fixture model: Qwen3-Next with MoE and a shared expert): a prompt of every
+// length 1..300 that starts with a kept prefix resumes from its longest kept 64-token boundary and gives the logits
+// and every layer's state of the one-call run, bit for bit (tests/support/prefix_check.h); a prompt is kept on the
+// stride and at its last boundary; the least recently used entries go first within the budget; and through the engine,
+// a chat's next turn starts from the last boundary of the turn before's prompt and streams the tokens and logprobs it
+// streams with no cache.
+#include "engine/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/model_runner.h"
+#include "support/engine_stream.h"
+#include "support/fixtures.h"
+#include "support/prefix_check.h"
+
+namespace plumb {
+namespace {
+
+Qwen3NextModel fixture_model(Backend& backend) {
+  return open_model(test::source_dir() + "/tests/fixtures/models/qwen3_next_moe", backend);
+}
+
+std::vector<int32_t> random_ids(const Qwen3NextModel& model, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.config().vocab_size - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = token(rng);
+  return ids;
+}
+
+class EveryLength : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(EveryLength, ResumesFromTheLongestKeptBoundaryBitIdentical) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  const auto [first, last] = GetParam();
+  const std::vector<std::string> mismatches = test::prefix_resume_mismatches(model, first, last);
+  for (const std::string& m : mismatches) ADD_FAILURE() << m;
+  EXPECT_TRUE(mismatches.empty()) << mismatches.size() << " lengths differ from the run from 0";
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, EveryLength,
+                         ::testing::Values(std::pair<int64_t, int64_t>{1, 130}, std::pair<int64_t, int64_t>{131, 230},
+                                           std::pair<int64_t, int64_t>{231, 300}),
+                         [](const ::testing::TestParamInfo<std::pair<int64_t, int64_t>>& info) {
+                           return std::to_string(info.param.first) + "_to_" + std::to_string(info.param.second);
+                         });
+
+TEST(PrefixCache, KeepsAPromptOnItsStrideAndAtItsLastBoundary) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  const PrefixCache every(model, {.snapshots = 4, .pages = 8});
+  const PrefixCache wide(model, {.snapshots = 4, .pages = 8, .stride = 256});
+  for (int64_t position : {64, 128, 192}) {
+    EXPECT_TRUE(every.wants(position, 300)) << position;
+    EXPECT_FALSE(wide.wants(position, 300)) << position << " is neither on the stride nor the last boundary";
+  }
+  EXPECT_TRUE(wide.wants(256, 300)) << "on the stride, and the last boundary";
+  EXPECT_TRUE(wide.wants(192, 200)) << "the last boundary of a 200-token prompt";
+  EXPECT_TRUE(wide.wants(256, 1000));
+  EXPECT_FALSE(wide.wants(320, 1000));
+  for (const PrefixCache* cache : {&every, &wide}) {
+    EXPECT_FALSE(cache->wants(0, 300));
+    EXPECT_FALSE(cache->wants(100, 300)) << "not a block boundary";
+    EXPECT_FALSE(cache->wants(320, 300)) << "past the prompt: generated text is never kept";
+  }
+  EXPECT_THROW(PrefixCache(model, {.snapshots = 4, .pages = 8, .stride = 100}), Error);
+  EXPECT_THROW(prefix_cache_limits(model, 1e9, 96), Error);
+  // An entry's share of the memory: its recurrent slot and stride / 64 + 1 pages.
+  const double entry = static_cast<double>(model.recurrent_pool().slot_bytes() + 5 * model.kv_pool().page_bytes());
+  const PrefixCacheLimits limits = prefix_cache_limits(model, 10.5 * entry, 256);
+  EXPECT_EQ(limits.snapshots, 10);
+  EXPECT_EQ(limits.pages, 50);
+  EXPECT_EQ(limits.stride, 256);
+  EXPECT_EQ(prefix_cache_limits(model, 0.5 * entry, 256).snapshots, 0);
+}
+
+TEST(PrefixCache, EvictsTheLeastRecentlyUsedWithinItsBudget) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  // Room for two one-block entries of different prompts, not three.
+  PrefixCache cache(model, {.snapshots = 2, .pages = 100});
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint64_t seed : {1, 2, 3}) {
+    prompts.push_back(random_ids(model, 64, seed));
+    SequenceState state = model.new_sequence();
+    model.forward(state, prompts.back(), LogitsRows::kLast);
+    cache.keep(prompts.back(), state);
+    if (seed == 2) {
+      EXPECT_TRUE(cache.contains(prompts[0])) << "the first entry, now the most recently used";
+    }
+  }
+  EXPECT_TRUE(cache.contains(prompts[0]));
+  EXPECT_FALSE(cache.contains(prompts[1])) << "the least recently used entry goes first";
+  EXPECT_TRUE(cache.contains(prompts[2]));
+  const PrefixCacheStats stats = cache.stats();
+  EXPECT_EQ(stats.entries, 2);
+  EXPECT_EQ(stats.evictions, 1);
+  EXPECT_EQ(stats.bytes, 2 * (model.recurrent_pool().slot_bytes() + model.kv_pool().page_bytes()));
+  EXPECT_EQ(model.kv_pool().used_pages(), 2) << "the evicted entry let go of its page";
+  // Pages limit too. With room for 2: a 2-page entry fits; a 1-page entry of another prompt then evicts it; a 3-page
+  // entry never fits, and evicts nothing.
+  PrefixCache paged(model, {.snapshots = 10, .pages = 2});
+  const std::vector<int32_t> long_prompt = random_ids(model, 192, 9);
+  SequenceState state = model.new_sequence();
+  model.forward(state, std::vector<int32_t>(long_prompt.begin(), long_prompt.begin() + 128), LogitsRows::kLast);
+  paged.keep(std::span<const int32_t>(long_prompt).first(128), state);
+  EXPECT_EQ(paged.stats().entries, 1);
+  SequenceState one = model.new_sequence();
+  model.forward(one, prompts[0], LogitsRows::kLast);
+  paged.keep(prompts[0], one);
+  EXPECT_TRUE(paged.contains(prompts[0]));
+  EXPECT_FALSE(paged.contains(std::span<const int32_t>(long_prompt).first(128))) << "2 + 1 pages exceed 2";
+  model.forward(state, std::vector<int32_t>(long_prompt.begin() + 128, long_prompt.end()), LogitsRows::kLast);
+  paged.keep(long_prompt, state);
+  EXPECT_FALSE(paged.contains(long_prompt)) << "3 pages never fit 2";
+  EXPECT_TRUE(paged.contains(prompts[0]));
+}
+
+TEST(PrefixCache, RefusesAStateThatIsNotAtTheEndOfItsTokens) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  PrefixCache cache(model, {.snapshots = 4, .pages = 4});
+  const std::vector<int32_t> ids = random_ids(model, 70, 4);
+  SequenceState state = model.new_sequence();
+  model.forward(state, ids, LogitsRows::kLast);
+  EXPECT_THROW(cache.keep(ids, state), Error) << "70 tokens are not a whole number of blocks";
+  EXPECT_THROW(cache.keep(std::span<const int32_t>(ids).first(64), state), Error) << "the state is at 70, not 64";
+}
+
+// Two turns of a chat through the engine: the second turn's prompt is the first's, its answer and a new message.
+struct Turns {
+  test::StreamOutcome first, second;
+};
+
+Turns chat_turns(const Qwen3NextModel& model, bool cache, const SamplingParams& sampling) {
+  ModelRunner runner(model, 2);
+  if (cache) runner.enable_prefix_cache({.snapshots = 16, .pages = 32});
+  Engine engine(runner, SchedulerConfig{.max_running = 2,
+                                        .max_waiting = 4,
+                                        .step_tokens = 2 + 64,
+                                        .prefill_chunk = 64,
+                                        .kv_pages = 64,
+                                        .kv_page_tokens = kKvPageSize});
+  EngineRequest first;
+  first.prompt = random_ids(model, 150, 5);
+  first.max_tokens = 60;
+  first.sampling = sampling;
+  first.top_logprobs = 2;
+  Turns out;
+  out.first = test::drain(*engine.submit(first).stream);
+  EngineRequest second = first;
+  second.prompt.insert(second.prompt.end(), out.first.tokens.begin(), out.first.tokens.end());
+  const std::vector<int32_t> message = random_ids(model, 30, 6);
+  second.prompt.insert(second.prompt.end(), message.begin(), message.end());
+  second.max_tokens = 20;
+  out.second = test::drain(*engine.submit(second).stream);
+  return out;
+}
+
+void expect_same_stream(const test::StreamOutcome& got, const test::StreamOutcome& want, const std::string& what) {
+  ASSERT_EQ(got.finish, want.finish) << what;
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  ASSERT_EQ(got.details.size(), want.details.size()) << what;
+  for (size_t i = 0; i < got.details.size(); ++i) {
+    EXPECT_EQ(got.details[i].logprob, want.details[i].logprob) << what << ", token " << i;
+    ASSERT_EQ(got.details[i].top.size(), want.details[i].top.size()) << what;
+    for (size_t j = 0; j < got.details[i].top.size(); ++j) {
+      EXPECT_EQ(got.details[i].top[j].id, want.details[i].top[j].id) << what << ", token " << i;
+      EXPECT_EQ(got.details[i].top[j].logprob, want.details[i].top[j].logprob) << what << ", token " << i;
+    }
+  }
+}
+
+TEST(EnginePrefixCache, AChatsNextTurnStartsAtItsLastBoundaryAndStreamsTheSame) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.seed = 17;
+  for (const SamplingParams& sampling : {SamplingParams{}, sampled}) {
+    const std::string what = sampling.temperature == 0.0f ? "greedy" : "sampled";
+    const Turns cached = chat_turns(model, true, sampling);
+    const Turns plain = chat_turns(model, false, sampling);
+    ASSERT_EQ(plain.first.tokens.size(), 60u) << what;
+    // The first turn's prompt of 150 tokens passed 64 and 128. Its answer's tokens passed 192, but ran one at a
+    // time through the decode path: a state kept there would give the second turn other bits than its prompt run
+    // from 0, so none is kept.
+    EXPECT_EQ(cached.first.cached_tokens, 0) << what;
+    EXPECT_EQ(cached.second.cached_tokens, 128) << what;
+    EXPECT_EQ(plain.second.cached_tokens, 0) << what;
+    expect_same_stream(cached.first, plain.first, what + ", first turn");
+    expect_same_stream(cached.second, plain.second, what + ", second turn");
+  }
+}
+
+}  // namespace
+}  // namespace plumb
