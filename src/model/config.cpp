@@ -14,6 +14,10 @@ namespace {
 
 using nlohmann::json;
 
+// Far past any released model (Qwen3-Next has 48 layers), and small enough that the per-layer lists a lying
+// config.json sizes cannot exhaust memory.
+constexpr int64_t kMaxLayers = 4096;
+
 // Reads typed fields out of one JSON object, naming the file and key in every error.
 class FieldReader {
  public:
@@ -283,6 +287,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.vocab_size = f.integer("vocab_size", d.vocab_size);
   c.hidden_size = f.integer("hidden_size", d.hidden_size);
   c.num_layers = f.integer("num_hidden_layers", d.num_layers);
+  // Checked here, not only in validate(): the layer lists below are sized by it.
+  PLUMB_CHECK(c.num_layers > 0 && c.num_layers <= kMaxLayers, "{}: num_hidden_layers must be in 1..{}, got {}", where,
+              kMaxLayers, c.num_layers);
   c.intermediate_size = f.integer("intermediate_size", d.intermediate_size);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = top.has("tie_word_embeddings") && text != &root ? top.boolean("tie_word_embeddings")

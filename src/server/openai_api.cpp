@@ -37,6 +37,13 @@ std::optional<int64_t> integer(const Json& body, const char* name, int64_t lo, i
   return x;
 }
 
+// Whether `j` is an object whose "type" is the string `type` (a "type" of another kind is just not it).
+bool has_type(const Json& j, const char* type) {
+  if (!j.is_object()) return false;
+  const Json* t = field(j, "type");
+  return t != nullptr && t->is_string() && t->get_ref<const std::string&>() == type;
+}
+
 bool boolean(const Json& body, const char* name) {
   const Json* v = field(body, name);
   if (!v) return false;
@@ -115,9 +122,8 @@ std::optional<StructuredOutput> forced_tool_call(const Json& choice, const Json&
                 "'tool_choice' must be \"auto\", \"none\", \"required\" or a function, got \"{}\"", c);
     if (c != "required") return std::nullopt;
   } else {
-    PLUMB_CHECK(choice.is_object() && choice.value("type", "") == "function" && choice.contains("function") &&
-                    choice["function"].is_object() && choice["function"].contains("name") &&
-                    choice["function"]["name"].is_string(),
+    PLUMB_CHECK(has_type(choice, "function") && choice.contains("function") && choice["function"].is_object() &&
+                    choice["function"].contains("name") && choice["function"]["name"].is_string(),
                 "'tool_choice' must be a string or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
     name = choice["function"]["name"].get<std::string>();
   }
@@ -191,9 +197,8 @@ Json message_content(const Json& content, size_t index) {
   PLUMB_CHECK(content.is_array(), "'messages[{}].content' must be a string or a list of parts", index);
   std::string text;
   for (const Json& part : content) {
-    PLUMB_CHECK(
-        part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string(),
-        "'messages[{}].content': only text parts are supported, got {}", index, part.dump());
+    PLUMB_CHECK(has_type(part, "text") && part.contains("text") && part["text"].is_string(),
+                "'messages[{}].content': only text parts are supported, got {}", index, part.dump());
     text += part["text"].get<std::string>();
   }
   return text;
@@ -220,8 +225,8 @@ void parse_chat(const Json& body, ApiRequest& r) {
     PLUMB_CHECK(tools->is_array(), "'tools' must be a list, got {}", tools->dump());
     for (size_t i = 0; i < tools->size(); ++i) {
       const Json& t = (*tools)[i];
-      PLUMB_CHECK(t.is_object() && t.value("type", "") == "function" && t.contains("function") &&
-                      t["function"].is_object() && t["function"].contains("name") && t["function"]["name"].is_string(),
+      PLUMB_CHECK(has_type(t, "function") && t.contains("function") && t["function"].is_object() &&
+                      t["function"].contains("name") && t["function"]["name"].is_string(),
                   "'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i);
     }
     if (!tools->empty()) r.tools = *tools;

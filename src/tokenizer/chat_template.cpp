@@ -83,9 +83,10 @@ std::string render_chat(const ChatTemplate& chat_template, const nlohmann::order
   PLUMB_CHECK(kwargs.is_object(), "chat arguments must be a JSON object with \"messages\"");
   PLUMB_CHECK(kwargs.contains("messages") && kwargs["messages"].is_array(),
               "chat arguments: \"messages\" must be a list of messages");
-  PLUMB_CHECK(!kwargs.value("continue_final_message", false),
-              "chat arguments: continue_final_message is not "
-              "supported");
+  // Any value but false or null asks for it (a non-boolean is refused the same way, not thrown as a type error).
+  const nlohmann::ordered_json continue_final = kwargs.value("continue_final_message", nlohmann::ordered_json());
+  PLUMB_CHECK(continue_final.is_null() || continue_final == false,
+              "chat arguments: continue_final_message is not supported");
   PLUMB_CHECK(!kwargs.contains("chat_template"), "chat arguments: a chat_template override is not supported");
   // Variables in transformers' order of precedence: special tokens, then the defaults, then the caller's arguments.
   jinja::Dict variables;

@@ -98,6 +98,17 @@ TEST(ModelConfig, ExplicitLayerTypes) {
   EXPECT_THAT(error_of(j), HasSubstr("unknown layer type 'mamba'"));
 }
 
+// Found by checkpoint_fuzz: the per-layer lists were sized by a negative count before validate() saw it, and threw
+// std::length_error.
+TEST(ModelConfig, ALayerCountOutOfRangeIsRefusedBeforeAnyListIsSized) {
+  json j = tiny_next();
+  j["mlp_only_layers"] = {2};
+  for (int64_t layers : {int64_t{-5}, int64_t{0}, int64_t{1} << 40}) {
+    j["num_hidden_layers"] = layers;
+    EXPECT_THAT(error_of(j), HasSubstr("num_hidden_layers must be in 1..4096, got " + std::to_string(layers)));
+  }
+}
+
 TEST(ModelConfig, MultimodalWrapperReadsTextConfig) {
   json text = tiny_next();
   text["model_type"] = "qwen3_5_moe_text";

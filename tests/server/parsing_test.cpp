@@ -134,6 +134,10 @@ TEST(ApiRequest, RefusesWrongTypesRangesAndUnsupportedFields) {
       {"messages", Json::array()},
       {"model", 7},
       {"tools", {{"type", "function"}}},
+      // A "type" that is not a string (request_fuzz found these thrown as JSON type errors, not refused).
+      {"tools", Json::array({{{"type", {{"name", "get"}}}, {"function", {{"name", "get"}}}}})},
+      {"tool_choice", {{"type", 5}, {"function", {{"name", "get"}}}}},
+      {"messages", Json::array({{{"role", "user"}, {"content", Json::array({{{"type", {1}}, {"text", "hi"}}})}}})},
   };
   for (const auto& [name, value] : bad) {
     Json body = chat_body();

@@ -128,6 +128,19 @@ TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
               render_chat(ChatTemplate::from_string("x"), nlohmann::ordered_json::object());
             }).find("\"messages\""),
             std::string::npos);
+  // continue_final_message: refused whatever its type (a string was a JSON type error), false and null pass.
+  for (const nlohmann::ordered_json& value : {nlohmann::ordered_json(true), nlohmann::ordered_json("yes")}) {
+    nlohmann::ordered_json asked = kwargs;
+    asked["continue_final_message"] = value;
+    EXPECT_NE(error_of([&] { render_chat(ChatTemplate::from_string("x"), asked); }).find("continue_final_message"),
+              std::string::npos)
+        << value.dump();
+  }
+  for (const nlohmann::ordered_json& value : {nlohmann::ordered_json(false), nlohmann::ordered_json()}) {
+    nlohmann::ordered_json asked = kwargs;
+    asked["continue_final_message"] = value;
+    EXPECT_EQ(render_chat(ChatTemplate::from_string("x"), asked), "x") << value.dump();
+  }
 }
 
 TEST(ChatTemplateSemantics, WhitespaceControlAndScoping) {
