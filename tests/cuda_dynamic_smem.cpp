@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/linear.h"
+#include "backends/cuda/kernels/sample.h"
 
 namespace {
 
@@ -33,10 +34,8 @@ int main() {
   }
   print("experts.cu", "moe_group_kernel", "experts=" + std::to_string(kExperts),
         plumb::cuda::moe_group_smem_bytes(kExperts));
-  const std::string routing = "experts=" + std::to_string(kExperts) + ",top_k=" + std::to_string(kTopK);
-  print("experts.cu", "moe_route_kernel", routing,
+  print("sample.cu", "moe_route_kernel", "experts=" + std::to_string(kExperts) + ",top_k=" + std::to_string(kTopK),
         static_cast<long long>(plumb::cuda::moe_route_smem_bytes(kExperts, kTopK)));
-  print("experts.cu", "moe_route_group_kernel", routing, plumb::cuda::moe_route_group_smem_bytes(kExperts, kTopK));
   const std::string key_dim = "key_dim=" + std::to_string(kKeyDim);
   print("gdn_chunked_prepare.cu", "gdn_chunk_prepare_kernel", key_dim,
         static_cast<long long>(plumb::cuda::gdn_chunk_prepare_smem_bytes(kKeyDim)));

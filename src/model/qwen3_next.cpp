@@ -171,11 +171,16 @@ void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tenso
   Tensor a = be.empty(DType::kF32, {T, nv});              // [T, nv] decay inputs
   be.linear_parts(x, {&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a}, {&qkv, &z, &b, &a});
 
-  // conv, delta rule and gated norm: gated [T, nv·dv]
-  Tensor gated = be.empty(DType::kF32, {T, nv * dv});
-  be.gdn_core(qkv, w.conv1d, conv_states, c.linear_num_key_heads, a, b, w.A_log, w.dt_bias, recurrent_states, z, w.norm,
-              static_cast<float>(c.rms_norm_eps), layout, gated, algorithm);
-  be.linear(gated, w.out_proj, out);
+  Tensor conv = be.empty(DType::kF32, {T, c.conv_dim()});  // [T, C] SiLU(conv(qkv)): q | k | v per token
+  be.causal_conv1d_silu(qkv, w.conv1d, conv_states, layout, conv);
+  Tensor core = be.empty(DType::kF32, {T, nv, dv});  // [T, nv, dv]
+  be.gated_delta_rule(conv, c.linear_num_key_heads, a, b, w.A_log, w.dt_bias, recurrent_states, layout, core,
+                      algorithm);
+
+  Tensor gated = be.empty(DType::kF32, {T * nv, dv});  // [T·nv, dv] per value head
+  be.gated_rms_norm(core.reshape({T * nv, dv}), z.reshape({T * nv, dv}), w.norm, static_cast<float>(c.rms_norm_eps),
+                    gated);
+  be.linear(gated.reshape({T, nv * dv}), w.out_proj, out);
 }
 
 void Qwen3NextModel::full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches,
@@ -273,14 +278,8 @@ std::optional<GatedBranch> Qwen3NextModel::mixture_of_experts(const MoeWeights& 
 void Qwen3NextModel::route_and_run_experts(const MoeWeights& w, const Tensor& x, const Tensor& router_logits,
                                            Tensor& expert_ids, Tensor& expert_weights, Tensor& out) const {
   const ModelConfig& c = config_;
-  if (!routing_) {
-    backend_.moe_route_and_experts(x, router_logits, c.num_experts_per_tok, c.norm_topk_prob, w.experts, expert_ids,
-                                   expert_weights, out);
-    return;
-  }
-  // A traced run records or replaces the route between the two ops.
   backend_.moe_route(router_logits, c.num_experts_per_tok, c.norm_topk_prob, expert_ids, expert_weights);
-  trace_routing(router_logits, expert_ids, expert_weights);
+  if (routing_) trace_routing(router_logits, expert_ids, expert_weights);
   backend_.moe_experts(x, expert_ids, expert_weights, w.experts, out);
 }
 

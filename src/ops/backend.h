@@ -252,15 +252,6 @@ class Backend {
   virtual void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
                                 const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
                                 const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) = 0;
-  // A Gated DeltaNet layer's core, between its input and output projections: causal_conv1d_silu(qkv, conv_w,
-  // conv_states), gated_delta_rule on its output (key_heads, a, b, A_log, dt_bias, recurrent_states, algorithm),
-  // then gated_rms_norm of each value head's row [dv] with z and norm_w [dv] into y, every output and state bit for
-  // bit those three ops' (gdn_core_in_three_ops, ops/composed.h). A backend may run a call of one new token per
-  // sequence as one launch. qkv [T, C] is the conv's input; z, y [T, nv·dv].
-  virtual void gdn_core(const Tensor& qkv, const Tensor& conv_w, const std::vector<Tensor*>& conv_states,
-                        int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                        const std::vector<Tensor*>& recurrent_states, const Tensor& z, const Tensor& norm_w, float eps,
-                        const BatchRows& batch, Tensor& y, GdnAlgorithm algorithm) = 0;
 
   // Rotate-half rotary embedding on the first rotary_dim dims of each head, in place. x [T, heads, d]; positions [T].
   virtual void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) = 0;
@@ -289,12 +280,6 @@ class Backend {
   // x [T, H]; expert_ids, expert_weights [T, top_k]; y [T, H]. Row t of y depends on row t of the inputs alone.
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            const ExpertWeights& experts, Tensor& y) = 0;
-  // moe_route(logits, top_k, renormalize, expert_ids, expert_weights), then moe_experts(x, expert_ids,
-  // expert_weights, experts, y), as one op: a backend may route and group the pairs in one launch. Every output is
-  // the two ops' bit for bit.
-  virtual void moe_route_and_experts(const Tensor& x, const Tensor& logits, int64_t top_k, bool renormalize,
-                                     const ExpertWeights& experts, Tensor& expert_ids, Tensor& expert_weights,
-                                     Tensor& y) = 0;
 
   // Per row r of logits [R, V]: ids[r] (I32) is the token draws[r] picks. Temperature 0: the argmax, ties to the
   // lowest id. Otherwise p = softmax(logits[r] / temperature); keep the top_k most likely tokens (all when 0; ties

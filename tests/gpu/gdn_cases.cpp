@@ -1,10 +1,9 @@
 // Harness cases of the Gated DeltaNet family: causal_conv1d_silu and gated_delta_rule (both algorithms), per
-// sequence, on single sequences of awkward lengths and on ragged batches of 3 and 64 with nonzero pasts, and gdn_core
-// (the three ops of a layer's core as one). Bounds per docs/kernel-contract.md §Gated DeltaNet.
+// sequence, on single sequences of awkward lengths and on ragged batches of 3 and 64 with nonzero pasts. Bounds per
+// docs/kernel-contract.md §Gated DeltaNet.
 #include <cmath>
 
 #include "op_harness.h"
-#include "ops/composed.h"
 
 namespace plumb::harness {
 namespace {
@@ -212,80 +211,6 @@ void gdn_race_case(Context& c) {
   }
 }
 
-// --- gdn_core ---
-
-// in.rows: qkv [T, C] (the conv's input), a, b [T, nv], z [T, nv·dv]; in.params: conv_w [C, 4], A_log, dt_bias [nv],
-// norm_w [dv]; in.states: per sequence its conv state [C, 3] and recurrent state [nv, dk, dv]. in_three_ops: the ops
-// gdn_core stands for, one after the other (gdn_core_in_three_ops), in place of the op.
-SeqOp gdn_core_op(int64_t nk, bool in_three_ops) {
-  return [nk, in_three_ops](Backend& be, const SeqInputs& in) {
-    const int64_t T = in.rows[0].dim(0), nv = in.rows[1].dim(1), dv = in.rows[3].dim(1) / nv;
-    std::vector<Tensor> states;
-    for (const Tensor& s : in.states) states.push_back(fresh(be, s));
-    std::vector<Tensor*> conv_states, recurrent_states;
-    for (size_t i = 0; i < states.size(); i += 2) {
-      conv_states.push_back(&states[i]);
-      recurrent_states.push_back(&states[i + 1]);
-    }
-    const Tensor qkv = be.upload(in.rows[0]), a = be.upload(in.rows[1]), b = be.upload(in.rows[2]);
-    const Tensor z = be.upload(in.rows[3]), conv_w = be.upload(in.params[0]), A_log = be.upload(in.params[1]);
-    const Tensor dt_bias = be.upload(in.params[2]), norm_w = be.upload(in.params[3]);
-    Tensor y = poisoned(be, DType::kF32, {T, nv * dv});
-    const float eps = 1e-6f;
-    if (in_three_ops)
-      gdn_core_in_three_ops(be, qkv, conv_w, conv_states, nk, a, b, A_log, dt_bias, recurrent_states, z, norm_w, eps,
-                            in.batch, y, GdnAlgorithm::kRecurrent);
-    else
-      be.gdn_core(qkv, conv_w, conv_states, nk, a, b, A_log, dt_bias, recurrent_states, z, norm_w, eps, in.batch, y,
-                  GdnAlgorithm::kRecurrent);
-    SequenceOutputs out{fetch_f32(be, y), {}};
-    for (const Tensor& s : states) out.states.push_back(fetch_f32(be, s));
-    return out;
-  };
-}
-
-// On the GPU, gdn_core runs a call of one new token per sequence as one launch where the shape allows (every shape
-// below but the last, whose dv of 24 is not a multiple of 32), and otherwise the three ops. Either way its output and
-// both states must be the three ops' bit for bit, as production runs them: the conv, delta-rule and gated-norm cases
-// hold those kernels to the reference, and the baseline runs with no fault, so a fault planted for this case lives in
-// the one launch alone. Then the usual batch invariance and determinism.
-void gdn_core_case(Context& c) {
-  const GdnShape shapes[] = {{2, 4, 128, 128}, {2, 8, 64, 32}, {1, 2, 16, 64}, kSmall};
-  for (const GdnShape& s : shapes) {
-    const int64_t C = 2 * s.nk * s.dk + s.nv * s.dv;
-    const BatchRows batches[] = {
-        {{0, 1, 37}}, {{0, 1, 0}, {1, 1, 5}, {2, 1, 64}}, ragged_batch(c.rng, 64, 1, 300), {{0, 1, 5}, {1, 3, 64}}};
-    for (const BatchRows& batch : batches) {
-      SeqInputs in = gdn_inputs(c.rng, s, batch);  // qkv, a, b; A_log, dt_bias; recurrent states
-      const int64_t T = batch_tokens(batch);
-      in.rows.push_back(normal(c.rng, {T, s.nv * s.dv}));                // z
-      in.params.insert(in.params.begin(), normal(c.rng, {C, 4}, 0.5f));  // conv_w
-      in.params.push_back(uniform(c.rng, {s.dv}, 0.5f, 1.5f));           // norm_w
-      std::vector<Tensor> states;
-      for (const Tensor& recurrent : in.states) {
-        states.push_back(normal(c.rng, {C, 3}));
-        states.push_back(recurrent);
-      }
-      in.states = states;
-      in.states_per_sequence = 2;
-      const std::string what = "gdn_core nk=" + std::to_string(s.nk) + " nv=" + std::to_string(s.nv) +
-                               " dk=" + std::to_string(s.dk) + " dv=" + std::to_string(s.dv) + " " + batch_label(batch);
-      const cuda::KernelFault planted = c.gpu.fault();
-      c.gpu.set_fault(cuda::KernelFault::kNone);
-      const SequenceOutputs want = gdn_core_op(s.nk, true)(c.gpu, in);
-      c.gpu.set_fault(planted);
-      const SeqOp op = gdn_core_op(s.nk, false);
-      const SequenceOutputs got = op(c.gpu, in);
-      c.verdict.same_bits(what + " y", got.rows, want.rows);
-      for (size_t i = 0; i < got.states.size(); ++i)
-        c.verdict.same_bits(what + (i % 2 ? " recurrent state " : " conv state ") + std::to_string(i / 2),
-                            got.states[i], want.states[i]);
-      check_sequences_alone(
-          c.verdict, what, batch, got, [&](size_t i) { return op(c.gpu, in.alone(i)); }, [&] { return op(c.gpu, in); });
-    }
-  }
-}
-
 const CaseRegistrar reg_conv("causal_conv1d_silu", conv_case);
 const CaseRegistrar reg_gdn_rs("gdn_recurrent_small",
                                [](Context& c) { gdn_case(c, kSmall, GdnAlgorithm::kRecurrent); });
@@ -295,16 +220,11 @@ const CaseRegistrar reg_gdn_rl("gdn_recurrent_large",
 const CaseRegistrar reg_gdn_cl("gdn_chunked_large", [](Context& c) { gdn_case(c, kLarge, GdnAlgorithm::kChunked); });
 const CaseRegistrar reg_gdn_both("gdn_both_small", gdn_both_small_case);
 const CaseRegistrar reg_gdn_race("gdn_race", gdn_race_case);
-const CaseRegistrar reg_gdn_core("gdn_core", gdn_core_case);
 
 const ControlRegistrar ctl_conv(cuda::KernelFault::kConvIgnoresState, "causal_conv1d_silu");
 const ControlRegistrar ctl_gate(cuda::KernelFault::kGdnGateSign, "gdn_both_small");
 const ControlRegistrar ctl_boundary(cuda::KernelFault::kGdnChunkBoundaryOffByOne, "gdn_chunked_small");
 const ControlRegistrar ctl_barrier(cuda::KernelFault::kGdnMissingBarrier, "gdn_race", 4);
-// Planted in gdn_core's one launch: its conv, its gates and its gated norm.
-const ControlRegistrar ctl_core_conv(cuda::KernelFault::kConvIgnoresState, "gdn_core");
-const ControlRegistrar ctl_core_gate(cuda::KernelFault::kGdnGateSign, "gdn_core");
-const ControlRegistrar ctl_core_norm(cuda::KernelFault::kGatedNormGateSign, "gdn_core");
 
 }  // namespace
 }  // namespace plumb::harness

@@ -196,19 +196,14 @@ void linear_operand_rounding_case(Context& c) {
   }
 }
 
-// Router logits [T, E] on a grid of 1/4: exact ties are common (so the tie rule is exercised), and distinct logits
-// are far enough apart that no rounding can reorder them, so the chosen ids must match the reference exactly.
-Tensor router_logits(std::mt19937_64& rng, int64_t T, int64_t E) {
-  Tensor logits = normal(rng, {T, E}, 1.5f);
-  for (int64_t i = 0; i < T * E; ++i) logits.f32()[i] = std::round(logits.f32()[i] * 4.0f) / 4.0f;
-  return logits;
-}
-
+// Router logits on a grid of 1/4: exact ties are common (so the tie rule is exercised), and distinct logits are far
+// enough apart that no rounding can reorder them, so the chosen ids must match the reference exactly.
 void moe_route_case(Context& c) {
   for (auto [E, top_k] : {std::pair<int64_t, int64_t>{7, 3}, {64, 8}}) {
     for (bool renormalize : {false, true}) {
       for (int64_t T : kRowCounts) {
-        const Tensor logits = router_logits(c.rng, T, E);
+        Tensor logits = normal(c.rng, {T, E}, 1.5f);
+        for (int64_t i = 0; i < T * E; ++i) logits.f32()[i] = std::round(logits.f32()[i] * 4.0f) / 4.0f;
         auto run = [&](Backend& be, int64_t begin, int64_t end) {
           Tensor ids = poisoned(be, DType::kI32, {end - begin, top_k});
           Tensor weights = poisoned(be, DType::kF32, {end - begin, top_k});
@@ -239,49 +234,6 @@ double silu(double z) {
   return z / (1.0 + std::exp(-z));
 }
 
-// Bound per (t, n) of moe_experts' y [T, H] for x [T, H], ids and weights [T, top_k] and the experts' weights: the
-// gate and up products' errors through SiLU(g)·u, the down product's own error (the activation is its rounded
-// operand), and the weighted sum over the token's experts.
-std::vector<double> experts_bound(const Tensor& x, const Tensor& ids, const Tensor& weights, const Weight& gate_up,
-                                  const Weight& down, DType dtype) {
-  const int64_t T = x.dim(0), H = x.dim(1), top_k = ids.dim(1), I = down.values.dim(2);
-  const float* gu = gate_up.values.f32();
-  const float* dn = down.values.f32();
-  std::vector<double> bound(static_cast<size_t>(T * H), 0.0), act(I), act_err(I);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xt = x.f32() + t * H;
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = ids.data_as<int32_t>()[t * top_k + j];
-      const double omega = std::fabs(weights.f32()[t * top_k + j]);
-      for (int64_t i = 0; i < I; ++i) {
-        double g = 0, u = 0, g_abs = 0, u_abs = 0;
-        for (int64_t h = 0; h < H; ++h) {
-          const double pg = xt[h] * static_cast<double>(gu[(e * 2 * I + i) * H + h]);
-          const double pu = xt[h] * static_cast<double>(gu[(e * 2 * I + I + i) * H + h]);
-          g += pg, u += pu, g_abs += std::fabs(pg), u_abs += std::fabs(pu);
-        }
-        const double dg = dot_bound(H, g_abs, dtype), du = dot_bound(H, u_abs, dtype);
-        act[i] = silu(g) * u;
-        // |SiLU'| ≤ 1.1; the SiLU and the product add a few roundings and one exp.
-        act_err[i] = 1.1 * dg * (std::fabs(u) + du) + std::fabs(silu(g)) * du +
-                     (4 * kF32Unit + 2 * kTranscendental) * std::fabs(act[i]);
-      }
-      for (int64_t n = 0; n < H; ++n) {
-        double propagated = 0, abs_sum = 0;
-        for (int64_t i = 0; i < I; ++i) {
-          const double d = std::fabs(dn[(e * H + n) * I + i]);
-          propagated += d * act_err[i];
-          abs_sum += d * (std::fabs(act[i]) + act_err[i]);
-        }
-        // The weighted sum over top_k experts adds top_k + 2 roundings of at most Σ_j ω_j |down_j|, both sides.
-        bound[t * H + n] +=
-            omega * (propagated + dot_bound(I, abs_sum, dtype) + 2.0 * (top_k + 2) * kF32Unit * abs_sum);
-      }
-    }
-  }
-  return bound;
-}
-
 void moe_experts_case(Context& c, DType dtype) {
   const int64_t E = 7, top_k = 3, H = 136, I = 40;
   const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, dtype), down = random_weight(c.rng, {E, H, I}, dtype);
@@ -299,7 +251,43 @@ void moe_experts_case(Context& c, DType dtype) {
     }
     ids.data_as<int32_t>()[0] = static_cast<int32_t>(E - 1);  // the last expert appears
     if (T * top_k > 1) ids.data_as<int32_t>()[1] = 0;
-    const std::vector<double> bound = experts_bound(x, ids, weights, gate_up, down, dtype);
+
+    // Bound per (t, n): the gate and up products' errors through SiLU(g)·u, the down product's own error (the
+    // activation is its rounded operand), and the weighted sum over the token's experts.
+    const float* gu = gate_up.values.f32();
+    const float* dn = down.values.f32();
+    std::vector<double> bound(static_cast<size_t>(T * H), 0.0), act(I), act_err(I);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x.f32() + t * H;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t e = ids.data_as<int32_t>()[t * top_k + j];
+        const double omega = std::fabs(weights.f32()[t * top_k + j]);
+        for (int64_t i = 0; i < I; ++i) {
+          double g = 0, u = 0, g_abs = 0, u_abs = 0;
+          for (int64_t h = 0; h < H; ++h) {
+            const double pg = xt[h] * static_cast<double>(gu[(e * 2 * I + i) * H + h]);
+            const double pu = xt[h] * static_cast<double>(gu[(e * 2 * I + I + i) * H + h]);
+            g += pg, u += pu, g_abs += std::fabs(pg), u_abs += std::fabs(pu);
+          }
+          const double dg = dot_bound(H, g_abs, dtype), du = dot_bound(H, u_abs, dtype);
+          act[i] = silu(g) * u;
+          // |SiLU'| ≤ 1.1; the SiLU and the product add a few roundings and one exp.
+          act_err[i] = 1.1 * dg * (std::fabs(u) + du) + std::fabs(silu(g)) * du +
+                       (4 * kF32Unit + 2 * kTranscendental) * std::fabs(act[i]);
+        }
+        for (int64_t n = 0; n < H; ++n) {
+          double propagated = 0, abs_sum = 0;
+          for (int64_t i = 0; i < I; ++i) {
+            const double d = std::fabs(dn[(e * H + n) * I + i]);
+            propagated += d * act_err[i];
+            abs_sum += d * (std::fabs(act[i]) + act_err[i]);
+          }
+          // The weighted sum over top_k experts adds top_k + 2 roundings of at most Σ_j ω_j |down_j|, both sides.
+          bound[t * H + n] +=
+              omega * (propagated + dot_bound(I, abs_sum, dtype) + 2.0 * (top_k + 2) * kF32Unit * abs_sum);
+        }
+      }
+    }
     auto run = [&](Backend& be, int64_t begin, int64_t end) {
       const ExpertWeights experts{be.upload(gate_up.stored), be.upload(down.stored)};
       Tensor y = poisoned(be, DType::kF32, {end - begin, H});
@@ -308,49 +296,6 @@ void moe_experts_case(Context& c, DType dtype) {
       return fetch_f32(be, y);
     };
     judge_per_row(c, "moe_experts " + std::string(dtype_name(dtype)) + " T=" + std::to_string(T), T, bound, run);
-  }
-}
-
-// The route and the experts as one op (on the GPU, up to 64 tokens are routed and grouped in one launch; moe_route's
-// block a token beyond), on router_logits: on the GPU every output must be moe_route's and moe_experts' bits, the
-// chosen experts the reference's, and y within moe_experts' bound of the reference.
-void moe_route_and_experts_case(Context& c) {
-  const int64_t E = 64, top_k = 8, H = 136, I = 40;
-  const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, DType::kBF16);
-  const Weight down = random_weight(c.rng, {E, H, I}, DType::kBF16);
-  for (bool renormalize : {false, true}) {
-    for (int64_t T : kRowCounts) {
-      const Tensor logits = router_logits(c.rng, T, E), x = normal(c.rng, {T, H});
-      struct Outputs {
-        Tensor ids, weights, y;
-      };
-      // Rows [begin, end) through the op (or, apart, through moe_route then moe_experts) on `be`.
-      auto run = [&](Backend& be, int64_t begin, int64_t end, bool apart) {
-        const ExpertWeights experts{be.upload(gate_up.stored), be.upload(down.stored)};
-        const Tensor device_x = be.upload(x.rows(begin, end)), device_logits = be.upload(logits.rows(begin, end));
-        Tensor ids = poisoned(be, DType::kI32, {end - begin, top_k});
-        Tensor weights = poisoned(be, DType::kF32, {end - begin, top_k});
-        Tensor y = poisoned(be, DType::kF32, {end - begin, H});
-        if (apart) {
-          be.moe_route(device_logits, top_k, renormalize, ids, weights);
-          be.moe_experts(device_x, ids, weights, experts, y);
-        } else {
-          be.moe_route_and_experts(device_x, device_logits, top_k, renormalize, experts, ids, weights, y);
-        }
-        return Outputs{be.download(ids), fetch_f32(be, weights), fetch_f32(be, y)};
-      };
-      const std::string what =
-          "moe_route_and_experts" + std::string(renormalize ? " renormalized" : "") + " T=" + std::to_string(T);
-      const Outputs got = run(c.gpu, 0, T, false), apart = run(c.gpu, 0, T, true), want = run(c.cpu, 0, T, false);
-      c.verdict.same_bits(what + " ids as moe_route's", got.ids, apart.ids);
-      c.verdict.same_bits(what + " weights as moe_route's", got.weights, apart.weights);
-      c.verdict.same_bits(what + " y as moe_experts'", got.y, apart.y);
-      c.verdict.same_bits(what + " ids as the reference's", got.ids, want.ids);
-      c.verdict.close(what + " y", got.y, want.y,
-                      experts_bound(x, want.ids, want.weights, gate_up, down, DType::kBF16));
-      check_rows_alone(c.verdict, what + " y", got.y,
-                       [&](int64_t begin, int64_t end) { return run(c.gpu, begin, end, false).y; });
-    }
   }
 }
 
@@ -394,7 +339,6 @@ const CaseRegistrar reg_route("moe_route", moe_route_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
 const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_experts_case(c, DType::kF32); });
 const CaseRegistrar reg_experts_variants("moe_experts_bf16_variants", moe_experts_variants_case);
-const CaseRegistrar reg_route_and_experts("moe_route_and_experts", moe_route_and_experts_case);
 
 const ControlRegistrar ctl_linear(cuda::KernelFault::kLinearDropsLastKTile, "linear_bf16");
 const ControlRegistrar ctl_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route");
@@ -412,9 +356,6 @@ const ControlRegistrar ctl_variants(cuda::KernelFault::kLinearToBf16Truncates, "
 const ControlRegistrar ctl_experts_variants(cuda::KernelFault::kLinearToBf16Truncates, "moe_experts_bf16_variants");
 const ControlRegistrar ctl_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_experts_f32");
 const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOfUp, "moe_experts_bf16");
-// Both planted in the one-launch route and grouping as well as in moe_route's and moe_group's kernels.
-const ControlRegistrar ctl_fused_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route_and_experts");
-const ControlRegistrar ctl_fused_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_route_and_experts");
 
 }  // namespace
 }  // namespace plumb::harness

@@ -145,18 +145,6 @@ class FailingBackend final : public Backend {
                    const ExpertWeights& experts, Tensor& y) override {
     cpu_.moe_experts(x, expert_ids, expert_weights, experts, y);
   }
-  void gdn_core(const Tensor& qkv, const Tensor& conv_w, const std::vector<Tensor*>& conv_states, int64_t key_heads,
-                const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                const std::vector<Tensor*>& recurrent_states, const Tensor& z, const Tensor& norm_w, float eps,
-                const BatchRows& batch, Tensor& y, GdnAlgorithm algorithm) override {
-    cpu_.gdn_core(qkv, conv_w, conv_states, key_heads, a, b, A_log, dt_bias, recurrent_states, z, norm_w, eps, batch, y,
-                  algorithm);
-  }
-  void moe_route_and_experts(const Tensor& x, const Tensor& logits, int64_t top_k, bool renormalize,
-                             const ExpertWeights& experts, Tensor& expert_ids, Tensor& expert_weights,
-                             Tensor& y) override {
-    cpu_.moe_route_and_experts(x, logits, top_k, renormalize, experts, expert_ids, expert_weights, y);
-  }
   void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override {
     cpu_.sample_tokens(logits, draws, ids);
   }

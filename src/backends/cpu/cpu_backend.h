@@ -64,10 +64,6 @@ class CpuBackend final : public Backend {
                         const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
                         GdnAlgorithm algorithm) override;
 
-  void gdn_core(const Tensor& qkv, const Tensor& conv_w, const std::vector<Tensor*>& conv_states, int64_t key_heads,
-                const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                const std::vector<Tensor*>& recurrent_states, const Tensor& z, const Tensor& norm_w, float eps,
-                const BatchRows& batch, Tensor& y, GdnAlgorithm algorithm) override;
   void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
                  const BatchRows& batch, Tensor& o) override;
@@ -81,9 +77,6 @@ class CpuBackend final : public Backend {
                  Tensor& expert_weights) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    const ExpertWeights& experts, Tensor& y) override;
-  void moe_route_and_experts(const Tensor& x, const Tensor& logits, int64_t top_k, bool renormalize,
-                             const ExpertWeights& experts, Tensor& expert_ids, Tensor& expert_weights,
-                             Tensor& y) override;
   void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override;
 
  private:

@@ -7,7 +7,6 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/composed.h"
 
 namespace plumb {
 namespace {
@@ -235,14 +234,6 @@ void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Te
       }
     });
   }
-}
-
-void CpuBackend::gdn_core(const Tensor& qkv, const Tensor& conv_w, const std::vector<Tensor*>& conv_states,
-                          int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                          const Tensor& dt_bias, const std::vector<Tensor*>& recurrent_states, const Tensor& z,
-                          const Tensor& norm_w, float eps, const BatchRows& batch, Tensor& y, GdnAlgorithm algorithm) {
-  gdn_core_in_three_ops(*this, qkv, conv_w, conv_states, key_heads, a, b, A_log, dt_bias, recurrent_states, z, norm_w,
-                        eps, batch, y, algorithm);
 }
 
 }  // namespace plumb

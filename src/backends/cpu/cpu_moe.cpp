@@ -81,11 +81,4 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
   });
 }
 
-void CpuBackend::moe_route_and_experts(const Tensor& x, const Tensor& logits, int64_t top_k, bool renormalize,
-                                       const ExpertWeights& experts, Tensor& expert_ids, Tensor& expert_weights,
-                                       Tensor& y) {
-  moe_route(logits, top_k, renormalize, expert_ids, expert_weights);
-  moe_experts(x, expert_ids, expert_weights, experts, y);
-}
-
 }  // namespace plumb

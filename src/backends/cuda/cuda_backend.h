@@ -36,8 +36,7 @@ class CudaMemoryPool;
 class PinnedStaging;
 namespace cuda {
 struct MoeIdReport;
-struct MoeRouteParams;
-}  // namespace cuda
+}
 
 // Why no CUDA device is usable here (cudaGetDeviceCount's error, or no device), or "" when one is; never throws.
 std::string cuda_device_problem();
@@ -84,10 +83,6 @@ class CudaBackend final : public Backend {
                         const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
                         GdnAlgorithm algorithm) override;
 
-  void gdn_core(const Tensor& qkv, const Tensor& conv_w, const std::vector<Tensor*>& conv_states, int64_t key_heads,
-                const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                const std::vector<Tensor*>& recurrent_states, const Tensor& z, const Tensor& norm_w, float eps,
-                const BatchRows& batch, Tensor& y, GdnAlgorithm algorithm) override;
   void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
                  const BatchRows& batch, Tensor& o) override;
@@ -101,9 +96,6 @@ class CudaBackend final : public Backend {
                  Tensor& expert_weights) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    const ExpertWeights& experts, Tensor& y) override;
-  void moe_route_and_experts(const Tensor& x, const Tensor& logits, int64_t top_k, bool renormalize,
-                             const ExpertWeights& experts, Tensor& expert_ids, Tensor& expert_weights,
-                             Tensor& y) override;
   void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override;
 
   // --- For the kernel glue (cuda_backend_*.cpp) and the op harness. ---
@@ -157,12 +149,6 @@ class CudaBackend final : public Backend {
   // parts): chooses the shape and split, stages x as BF16 where the shape reads it so, and launches.
   void launch_product(const Tensor& x, const void* w, bool w_bf16, int64_t n, cuda::LinearParams& params,
                       const char* op);
-  // moe_route's checks, and the router's params for logits [T, E] into expert_ids and expert_weights [T, top_k].
-  cuda::MoeRouteParams route_params(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
-                                    Tensor& expert_weights) const;
-  // moe_experts; with `route`, the grouping and that route in one launch (moe_route_and_experts).
-  void run_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                   const ExpertWeights& experts, Tensor& y, const cuda::MoeRouteParams* route);
 
   enum class StepMode { kEager, kRecord, kPlan };
   class StepMemory;

@@ -9,7 +9,6 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/dense.h"
-#include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/sample.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
@@ -237,8 +236,8 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   enqueue("elementwise_kernel (add)", [&] { cuda::launch_add(params, fault(), stream()); });
 }
 
-cuda::MoeRouteParams CudaBackend::route_params(const Tensor& logits, int64_t top_k, bool renormalize,
-                                               Tensor& expert_ids, Tensor& expert_weights) const {
+void CudaBackend::moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
+                            Tensor& expert_weights) {
   expect_gpu(logits, DType::kF32, "moe_route", "logits");
   PLUMB_CHECK(logits.rank() == 2, "moe_route: logits have shape {}, expected [T, E]", shape_str(logits.shape()));
   const int64_t T = logits.dim(0), E = logits.dim(1);
@@ -250,6 +249,7 @@ cuda::MoeRouteParams CudaBackend::route_params(const Tensor& logits, int64_t top
   expect_shape(expert_ids, {T, top_k}, "moe_route", "expert_ids");
   expect_shape(expert_weights, {T, top_k}, "moe_route", "expert_weights");
   PLUMB_CHECK(T <= kInt32Max, "moe_route: {} tokens are too many for one launch", T);
+  if (T == 0) return;
   cuda::MoeRouteParams params;
   params.logits = logits.f32();
   params.expert_ids = expert_ids.data_as<int32_t>();
@@ -258,13 +258,6 @@ cuda::MoeRouteParams CudaBackend::route_params(const Tensor& logits, int64_t top
   params.experts = static_cast<int32_t>(E);
   params.top_k = static_cast<int32_t>(top_k);
   params.renormalize = renormalize;
-  return params;
-}
-
-void CudaBackend::moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
-                            Tensor& expert_weights) {
-  const cuda::MoeRouteParams params = route_params(logits, top_k, renormalize, expert_ids, expert_weights);
-  if (params.tokens == 0) return;
   enqueue("moe_route_kernel", [&] { cuda::launch_moe_route(params, fault(), stream()); });
 }
 

@@ -1,6 +1,5 @@
-// CudaBackend::causal_conv1d_silu, CudaBackend::gated_delta_rule and CudaBackend::gdn_core: shape checks, the
-// per-call tables (conv tiles; delta-rule sequences with their state pointers) uploaded in one copy each, and the
-// launches of kernels/gdn*.cu.
+// CudaBackend::causal_conv1d_silu and CudaBackend::gated_delta_rule: shape checks, the per-call tables (conv tiles;
+// delta-rule sequences with their state pointers) uploaded in one copy each, and the launches of kernels/gdn*.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,7 +10,6 @@
 #include "backends/cuda/kernels/gdn.h"
 #include "core/error.h"
 #include "ops/checks.h"
-#include "ops/composed.h"
 
 namespace plumb {
 namespace {
@@ -25,47 +23,6 @@ void expect_gpu_f32(const Tensor& t, int rank, const char* op, const char* arg) 
   PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
   PLUMB_CHECK(t.dtype() == DType::kF32, "{}: {} is {}, expected F32", op, arg, dtype_name(t.dtype()));
   PLUMB_CHECK(t.rank() == rank, "{}: {} has shape {}, expected rank {}", op, arg, shape_str(t.shape()), rank);
-}
-
-// gated_delta_rule's checks of its inputs and of o's shape [T, nv, dv], and the kernels' parameters (o, the output,
-// left for the caller).
-cuda::GatedDeltaRuleParams delta_rule_params(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
-                                             const Tensor& A_log, const Tensor& dt_bias, const Shape& o_shape,
-                                             const char* op) {
-  expect_gpu_f32(qkv, 2, op, "qkv");
-  PLUMB_CHECK(o_shape.size() == 3, "{}: o has shape {}, expected [T, nv, dv]", op, shape_str(o_shape));
-  const int64_t T = qkv.dim(0), nk = key_heads, nv = o_shape[1], dv = o_shape[2];
-  PLUMB_CHECK(nk > 0 && nv > 0 && nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
-  const int64_t key_columns = qkv.dim(1) - nv * dv;  // 2·nk·dk
-  PLUMB_CHECK(key_columns > 0 && key_columns % (2 * nk) == 0,
-              "{}: qkv {} does not hold {} q and k heads and {} v heads of {}", op, shape_str(qkv.shape()), nk, nv, dv);
-  const int64_t dk = key_columns / (2 * nk);
-  PLUMB_CHECK(dk <= cuda::kGdnMaxHeadDim && dv >= 1 && dv <= cuda::kGdnMaxHeadDim,
-              "{}: head dims dk = {}, dv = {}; supported 1..{}", op, dk, dv, cuda::kGdnMaxHeadDim);
-  PLUMB_CHECK(nv <= kGridYZMax, "{}: {} value heads", op, nv);
-  PLUMB_CHECK(o_shape == Shape({T, nv, dv}), "{}: o has shape {}, expected [{}, {}, {}]", op, shape_str(o_shape), T, nv,
-              dv);
-  expect_gpu_f32(a, 2, op, "a");
-  expect_gpu_f32(b, 2, op, "b");
-  expect_gpu_f32(A_log, 1, op, "A_log");
-  expect_gpu_f32(dt_bias, 1, op, "dt_bias");
-  expect_shape(a, {T, nv}, op, "a");
-  expect_shape(b, {T, nv}, op, "b");
-  expect_shape(A_log, {nv}, op, "A_log");
-  expect_shape(dt_bias, {nv}, op, "dt_bias");
-  cuda::GatedDeltaRuleParams params{};
-  params.qkv = qkv.f32();
-  params.a = a.f32();
-  params.b = b.f32();
-  params.A_log = A_log.f32();
-  params.dt_bias = dt_bias.f32();
-  params.key_heads = static_cast<int>(nk);
-  params.value_heads = static_cast<int>(nv);
-  params.key_dim = static_cast<int>(dk);
-  params.value_dim = static_cast<int>(dv);
-  params.qkv_stride = qkv.dim(1);
-  params.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));  // as the CPU reference computes it
-  return params;
 }
 
 }  // namespace
@@ -116,10 +73,26 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
                                    const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
                                    const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) {
   const char* op = "gated_delta_rule";
+  expect_gpu_f32(qkv, 2, op, "qkv");
   expect_gpu_f32(o, 3, op, "o");
-  cuda::GatedDeltaRuleParams params = delta_rule_params(qkv, key_heads, a, b, A_log, dt_bias, o.shape(), op);
-  params.o = o.f32();
-  const int64_t T = qkv.dim(0), nv = o.dim(1), dk = params.key_dim, dv = o.dim(2);
+  const int64_t T = qkv.dim(0), nk = key_heads, nv = o.dim(1), dv = o.dim(2);
+  PLUMB_CHECK(nk > 0 && nv > 0 && nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
+  const int64_t key_columns = qkv.dim(1) - nv * dv;  // 2·nk·dk
+  PLUMB_CHECK(key_columns > 0 && key_columns % (2 * nk) == 0,
+              "{}: qkv {} does not hold {} q and k heads and {} v heads of {}", op, shape_str(qkv.shape()), nk, nv, dv);
+  const int64_t dk = key_columns / (2 * nk);
+  PLUMB_CHECK(dk <= cuda::kGdnMaxHeadDim && dv >= 1 && dv <= cuda::kGdnMaxHeadDim,
+              "{}: head dims dk = {}, dv = {}; supported 1..{}", op, dk, dv, cuda::kGdnMaxHeadDim);
+  PLUMB_CHECK(nv <= kGridYZMax, "{}: {} value heads", op, nv);
+  expect_shape(o, {T, nv, dv}, op, "o");
+  expect_gpu_f32(a, 2, op, "a");
+  expect_gpu_f32(b, 2, op, "b");
+  expect_gpu_f32(A_log, 1, op, "A_log");
+  expect_gpu_f32(dt_bias, 1, op, "dt_bias");
+  expect_shape(a, {T, nv}, op, "a");
+  expect_shape(b, {T, nv}, op, "b");
+  expect_shape(A_log, {nv}, op, "A_log");
+  expect_shape(dt_bias, {nv}, op, "dt_bias");
   expect_batch(batch, T, states.size(), op);
 
   // Each sequence's pieces (the chunk rule of gdn_pieces) in three launches: the recurrent pieces that come before a
@@ -157,6 +130,19 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   std::stable_sort(chunked.begin(), chunked.end(),
                    [](const cuda::GdnSequence& x, const cuda::GdnSequence& y) { return x.count > y.count; });
 
+  cuda::GatedDeltaRuleParams params{};
+  params.qkv = qkv.f32();
+  params.a = a.f32();
+  params.b = b.f32();
+  params.A_log = A_log.f32();
+  params.dt_bias = dt_bias.f32();
+  params.o = o.f32();
+  params.key_heads = static_cast<int>(nk);
+  params.value_heads = static_cast<int>(nv);
+  params.key_dim = static_cast<int>(dk);
+  params.value_dim = static_cast<int>(dv);
+  params.qkv_stride = qkv.dim(1);
+  params.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));  // as the CPU reference computes it
   params.state_vec4 = state_vec4;
   const auto launch_recurrent = [&](const std::vector<cuda::GdnSequence>& sequences) {
     if (sequences.empty()) return;
@@ -210,69 +196,6 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
     launch();
   }
   launch_recurrent(recurrent_last);
-}
-
-void CudaBackend::gdn_core(const Tensor& qkv, const Tensor& conv_w, const std::vector<Tensor*>& conv_states,
-                           int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                           const Tensor& dt_bias, const std::vector<Tensor*>& recurrent_states, const Tensor& z,
-                           const Tensor& norm_w, float eps, const BatchRows& batch, Tensor& y, GdnAlgorithm algorithm) {
-  const char* op = "gdn_core";
-  // One launch for a call of one new token per sequence (decode) whose shapes the kernel takes; otherwise the three
-  // ops. Both give the same bits.
-  bool one_launch = !batch.empty() && conv_w.rank() == 2 && y.rank() == 2 && a.rank() == 2 && a.dim(1) > 0 &&
-                    y.dim(1) % a.dim(1) == 0 && conv_states.size() == batch.size() &&
-                    recurrent_states.size() == batch.size();
-  for (const SequenceRows& rows : batch) one_launch = one_launch && rows.count == 1;
-  if (one_launch) {
-    const int64_t nv = a.dim(1), dv = y.dim(1) / nv,
-                  dk = (qkv.dim(1) - nv * dv) / (2 * std::max<int64_t>(key_heads, 1));
-    one_launch = dk > 0 && key_heads <= kInt32Max && nv <= kInt32Max &&
-                 cuda::gdn_decode_supported(static_cast<int>(key_heads), static_cast<int>(nv), static_cast<int>(dk),
-                                            static_cast<int>(dv), static_cast<int>(conv_w.dim(1)));
-  }
-  for (size_t i = 0; one_launch && i < batch.size(); ++i)
-    one_launch = recurrent_states[i] != nullptr && reinterpret_cast<uintptr_t>(recurrent_states[i]->data()) % 16 == 0;
-  if (!one_launch) {
-    gdn_core_in_three_ops(*this, qkv, conv_w, conv_states, key_heads, a, b, A_log, dt_bias, recurrent_states, z, norm_w,
-                          eps, batch, y, algorithm);
-    return;
-  }
-
-  const int64_t T = qkv.dim(0), nv = a.dim(1), dv = y.dim(1) / nv, C = qkv.dim(1);
-  cuda::GatedDeltaRuleParams params = delta_rule_params(qkv, key_heads, a, b, A_log, dt_bias, {T, nv, dv}, op);
-  expect_gpu_f32(conv_w, 2, op, "conv_w");
-  expect_shape(conv_w, {C, cuda::kGdnDecodeConvWidth}, op, "conv_w");
-  expect_gpu_f32(z, 2, op, "z");
-  expect_gpu_f32(y, 2, op, "y");
-  expect_gpu_f32(norm_w, 1, op, "norm_w");
-  expect_shape(z, {T, nv * dv}, op, "z");
-  expect_shape(norm_w, {dv}, op, "norm_w");
-  // The kernel reads qkv and z while it writes y.
-  PLUMB_CHECK(y.data() != qkv.data() && y.data() != z.data(), "{}: y must not alias qkv or z", op);
-  expect_batch(batch, T, batch.size(), op);
-  expect_distinct_states(conv_states, op);
-  expect_distinct_states(recurrent_states, op);
-  PLUMB_CHECK(static_cast<int64_t>(batch.size()) <= kGridYZMax, "{}: {} sequences in one call", op, batch.size());
-  std::vector<cuda::GdnSequence> sequences;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    PLUMB_CHECK(conv_states[i] != nullptr, "{}: sequence {} has no conv state", op, i);
-    expect_gpu_f32(*conv_states[i], 2, op, "conv state");
-    expect_shape(*conv_states[i], {C, cuda::kGdnDecodeConvWidth - 1}, op, "conv state");
-    expect_gpu_f32(*recurrent_states[i], 3, op, "recurrent state");
-    expect_shape(*recurrent_states[i], {nv, params.key_dim, dv}, op, "recurrent state");
-    sequences.push_back({recurrent_states[i]->f32(), batch[i].begin, 1, batch[i].past, conv_states[i]->f32()});
-  }
-  params.state_vec4 = true;  // dv % 32 == 0 and every state 16-byte aligned (checked above)
-  params.conv_w = conv_w.f32();
-  params.z = z.f32();
-  params.norm_w = norm_w.f32();
-  params.norm_eps = eps;
-  params.y = y.f32();
-  const std::shared_ptr<void> table = upload_vector(sequences);
-  enqueue("gdn_recurrent_kernel (decode layer)", [&] {
-    cuda::launch_gdn_decode(params, static_cast<const cuda::GdnSequence*>(table.get()),
-                            static_cast<int>(sequences.size()), fault_, stream_);
-  });
 }
 
 }  // namespace plumb

@@ -170,24 +170,6 @@ void CudaBackend::launch_product(const Tensor& x, const void* w, bool w_bf16, in
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                               const ExpertWeights& experts, Tensor& y) {
-  run_experts(x, expert_ids, expert_weights, experts, y, nullptr);
-}
-
-void CudaBackend::moe_route_and_experts(const Tensor& x, const Tensor& logits, int64_t top_k, bool renormalize,
-                                        const ExpertWeights& experts, Tensor& expert_ids, Tensor& expert_weights,
-                                        Tensor& y) {
-  const cuda::MoeRouteParams route = route_params(logits, top_k, renormalize, expert_ids, expert_weights);
-  PLUMB_CHECK(x.rank() == 2 && logits.dim(0) == x.dim(0), "moe_route_and_experts: logits {} for x {}",
-              shape_str(logits.shape()), shape_str(x.shape()));
-  // The one-block launch routes 8 tokens at a time: past a decode batch, moe_route's block a token is faster.
-  const bool one_launch = route.tokens <= cuda::kMoeRouteGroupMaxTokens && route.experts <= cuda::kMoeMaxExperts;
-  if (!one_launch && route.tokens > 0)
-    enqueue("moe_route_kernel", [&] { cuda::launch_moe_route(route, fault_, stream_); });
-  run_experts(x, expert_ids, expert_weights, experts, y, one_launch ? &route : nullptr);
-}
-
-void CudaBackend::run_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                              const ExpertWeights& experts, Tensor& y, const cuda::MoeRouteParams* route) {
   const char* op = "moe_experts";
   expect_gpu(x, op, "x");
   expect_gpu(expert_ids, op, "expert_ids");
@@ -254,10 +236,7 @@ void CudaBackend::run_experts(const Tensor& x, const Tensor& expert_ids, const T
   group.pair_row = ints + pairs;
   group.tiles = ints + 2 * pairs;
   group.num_tiles = ints + 2 * pairs + 3 * max_tiles;
-  if (route != nullptr)
-    enqueue("moe_route_group", [&] { cuda::launch_moe_route_group(*route, group, fault_, stream_); });
-  else
-    enqueue("moe_group", [&] { cuda::launch_moe_group(group, fault_, stream_); });
+  enqueue("moe_group", [&] { cuda::launch_moe_group(group, fault_, stream_); });
 
   // gate_up product over each expert's rows, gathering x by token: [pairs, 2I] by sorted row.
   cuda::LinearParams gate_up;

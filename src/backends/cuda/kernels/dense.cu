@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include "backends/cuda/kernels/activations.cuh"
 #include "backends/cuda/kernels/dense.h"
 #include "backends/cuda/kernels/launch.cuh"
 #include "core/counter_rng.h"
@@ -23,6 +22,15 @@ bool aligned16(const void* p) {
 unsigned grid_for(int64_t work_items, int max_blocks) {
   const int64_t blocks = (work_items + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < max_blocks ? blocks : max_blocks));
+}
+
+// The CPU reference's sigmoid and SiLU (cpu_backend.h) rounded step by step as it rounds them: expf for std::exp,
+// and the addition and division pinned to round-to-nearest so that nothing is fused or approximated.
+__device__ __forceinline__ float sigmoid(float x) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+__device__ __forceinline__ float silu(float x) {
+  return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
 }
 
 // kVec consecutive elements as F32: one 16-byte load when kVec fills it, else element by element.

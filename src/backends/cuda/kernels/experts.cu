@@ -1,10 +1,9 @@
-// The MoE pieces around the grouped expert products: the router, grouping pairs by expert (alone, or in one launch
-// with the router), SiLU-multiply, and the slot-ordered combine. experts.h states the contract.
+// The MoE pieces around the grouped expert products: grouping pairs by expert, SiLU-multiply, and the slot-ordered
+// combine. experts.h states the contract.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 
 #include "backends/cuda/kernels/experts.h"
@@ -12,118 +11,6 @@
 
 namespace plumb::cuda {
 namespace {
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// ---- Router (128 threads a token). ----
-
-constexpr int kRouteThreads = 128;
-constexpr int kRouteWarps = kRouteThreads / 32;
-
-// Whether expert a (probability pa) ranks before expert b: the higher probability, equal ones to the lower id (to
-// the higher id in the planted control).
-template <KernelFault kFault>
-__device__ __forceinline__ bool ranks_before(float pa, int32_t a, float pb, int32_t b) {
-  if (pa != pb) return pa > pb;
-  return kFault == KernelFault::kRouteTiesToHigher ? a > b : a < b;
-}
-
-// A router group's cross-warp scratch.
-struct RouteScratch {
-  float warp_max[kRouteWarps], warp_sum[kRouteWarps];
-  float round_p[2][kRouteWarps];  // double-buffered by round, so one barrier per round suffices
-  int32_t round_id[2][kRouteWarps];
-};
-
-// Synchronizes the 128 threads of one router group at hardware barrier `barrier` (0 when they are the whole block).
-__device__ __forceinline__ void route_group_sync(int barrier) {
-  asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(kRouteThreads) : "memory");
-}
-
-// Routes token t with the 128 threads of a group (thread j = threadIdx.x % 128). Thread j owns experts j, j + 128,
-// ...: it computes their e^(l - max) and sums them in that order; a xor-shuffle tree and the four warps' sums,
-// (w0 + w1) + (w2 + w3), give the softmax denominator, in an order fixed by the expert count. Then top_k rounds of a
-// group argmax (ties to the lower id); each round's winner is set to -1 by its owner so later rounds pass it over.
-// Renormalization sums the kept weights in rank order, as the CPU reference does. prob: [experts + top_k] floats of
-// shared memory, the group's own; each of its entries is read and written by one thread only, and every scratch
-// entry a thread writes was last read before a barrier that thread has since passed, so a group may route one
-// token after another.
-template <KernelFault kFault>
-__device__ void route_token(const MoeRouteParams& p, int64_t t, float* prob, RouteScratch& scratch, int barrier) {
-  const int j = static_cast<int>(threadIdx.x) % kRouteThreads, lane = j % 32, warp = j / 32;
-  const int32_t E = p.experts, K = p.top_k;
-  float* chosen = prob + E;                // [top_k], thread 0's
-  const float* logits = p.logits + t * E;  // [E]
-
-  float max_logit = -INFINITY;
-  for (int32_t e = j; e < E; e += kRouteThreads) {
-    prob[e] = logits[e];
-    max_logit = fmaxf(max_logit, prob[e]);
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
-  if (lane == 0) scratch.warp_max[warp] = max_logit;
-  route_group_sync(barrier);
-  max_logit = fmaxf(fmaxf(scratch.warp_max[0], scratch.warp_max[1]), fmaxf(scratch.warp_max[2], scratch.warp_max[3]));
-
-  float sum = 0.0f;
-  for (int32_t e = j; e < E; e += kRouteThreads) {
-    prob[e] = expf(__fsub_rn(prob[e], max_logit));
-    sum = __fadd_rn(sum, prob[e]);
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(kFullMask, sum, offset));
-  if (lane == 0) scratch.warp_sum[warp] = sum;
-  route_group_sync(barrier);
-  sum = __fadd_rn(__fadd_rn(scratch.warp_sum[0], scratch.warp_sum[1]),
-                  __fadd_rn(scratch.warp_sum[2], scratch.warp_sum[3]));
-  for (int32_t e = j; e < E; e += kRouteThreads) prob[e] = __fdiv_rn(prob[e], sum);
-
-  for (int32_t round = 0; round < K; ++round) {
-    // Below every probability and every passed-over expert (-1).
-    float best_p = -2.0f;
-    int32_t best = E;
-    for (int32_t e = j; e < E; e += kRouteThreads)
-      if (ranks_before<kFault>(prob[e], e, best_p, best)) best_p = prob[e], best = e;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other_p = __shfl_xor_sync(kFullMask, best_p, offset);
-      const int32_t other = __shfl_xor_sync(kFullMask, best, offset);
-      if (ranks_before<kFault>(other_p, other, best_p, best)) best_p = other_p, best = other;
-    }
-    const int buffer = round & 1;
-    if (lane == 0) scratch.round_p[buffer][warp] = best_p, scratch.round_id[buffer][warp] = best;
-    route_group_sync(barrier);
-    best_p = scratch.round_p[buffer][0], best = scratch.round_id[buffer][0];
-    for (int w = 1; w < kRouteWarps; ++w)
-      if (ranks_before<kFault>(scratch.round_p[buffer][w], scratch.round_id[buffer][w], best_p, best))
-        best_p = scratch.round_p[buffer][w], best = scratch.round_id[buffer][w];
-    // Only NaN logits leave no winner; an id in range keeps the expert kernels in bounds even then.
-    if (best >= E) best = 0;
-    if (best % kRouteThreads == j) prob[best] = -1.0f;
-    if (j == 0) {
-      chosen[round] = best_p;
-      p.expert_ids[t * K + round] = best;
-    }
-  }
-
-  if (j == 0) {
-    float kept = 0.0f;
-    for (int32_t i = 0; i < K; ++i) kept = __fadd_rn(kept, chosen[i]);
-    for (int32_t i = 0; i < K; ++i)
-      p.expert_weights[t * K + i] = p.renormalize ? __fdiv_rn(chosen[i], kept) : chosen[i];
-  }
-}
-
-// Block t routes token t.
-template <KernelFault kFault>
-__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const MoeRouteParams p) {
-  wait_for_prior_grid();
-  extern __shared__ float route_shared[];  // [experts + top_k]
-  __shared__ RouteScratch scratch;
-  route_token<kFault>(p, blockIdx.x, route_shared, scratch, 0);
-}
 
 // ---- Grouping (one block). ----
 //
@@ -139,7 +26,7 @@ constexpr int kGroupWarps = kGroupThreads / 32;
 __device__ void block_inclusive_scan2(int& a, int& b, int (*totals)[kGroupWarps]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   for (int d = 1; d < 32; d *= 2) {
-    const int up_a = __shfl_up_sync(kFullMask, a, d), up_b = __shfl_up_sync(kFullMask, b, d);
+    const int up_a = __shfl_up_sync(0xffffffffu, a, d), up_b = __shfl_up_sync(0xffffffffu, b, d);
     if (lane >= d) {
       a += up_a;
       b += up_b;
@@ -153,7 +40,7 @@ __device__ void block_inclusive_scan2(int& a, int& b, int (*totals)[kGroupWarps]
   if (warp == 0) {
     int ta = totals[0][lane], tb = totals[1][lane];
     for (int d = 1; d < 32; d *= 2) {
-      const int up_a = __shfl_up_sync(kFullMask, ta, d), up_b = __shfl_up_sync(kFullMask, tb, d);
+      const int up_a = __shfl_up_sync(0xffffffffu, ta, d), up_b = __shfl_up_sync(0xffffffffu, tb, d);
       if (lane >= d) {
         ta += up_a;
         tb += up_b;
@@ -169,10 +56,11 @@ __device__ void block_inclusive_scan2(int& a, int& b, int (*totals)[kGroupWarps]
   }
 }
 
-// Groups the pairs with the block's 1024 threads. counts: [kGroupWarps, experts] ints of shared memory, a warp's
-// pairs per expert, then its next row.
 template <KernelFault kFault>
-__device__ void group_pairs(const MoeGroupParams& p, int32_t* counts, int (*scan_totals)[kGroupWarps]) {
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
+  wait_for_prior_grid();
+  extern __shared__ int32_t counts[];  // [kGroupWarps, experts]: a warp's pairs per expert, then its next row
+  __shared__ int scan_totals[2][kGroupWarps];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int experts = p.experts;
   for (int i = tid; i < kGroupWarps * experts; i += kGroupThreads) counts[i] = 0;
@@ -193,7 +81,7 @@ __device__ void group_pairs(const MoeGroupParams& p, int32_t* counts, int (*scan
 
   for (int base = begin; base < end; base += 32) {
     const int e = expert_of(base + lane);
-    const unsigned peers = __match_any_sync(kFullMask, e);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
     if (e >= 0 && (peers & lanes_below) == 0) warp_counts[e] += __popc(peers);  // the lowest peer counts them
     __syncwarp();
   }
@@ -228,7 +116,7 @@ __device__ void group_pairs(const MoeGroupParams& p, int32_t* counts, int (*scan
   for (int base = begin; base < end; base += 32) {
     const int pair = base + lane;
     const int e = expert_of(pair);
-    const unsigned peers = __match_any_sync(kFullMask, e);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
     if (e >= 0) {
       const int row = warp_counts[e] + __popc(peers & lanes_below);
       p.row_token[row] = pair / p.top_k;
@@ -245,35 +133,6 @@ __device__ void group_pairs(const MoeGroupParams& p, int32_t* counts, int (*scan
     if (e >= 0 && (peers & lanes_below) == 0) warp_counts[e] += __popc(peers);
     __syncwarp();
   }
-}
-
-template <KernelFault kFault>
-__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
-  wait_for_prior_grid();
-  extern __shared__ int32_t counts[];  // [kGroupWarps, experts]
-  __shared__ int scan_totals[2][kGroupWarps];
-  group_pairs<kFault>(p, counts, scan_totals);
-}
-
-// ---- Route and group in one block. ----
-
-constexpr int kRouteGroups = kGroupThreads / kRouteThreads;  // router groups of the block
-
-// Group g (threads 128·g ..) routes tokens g, g + 8, ... at hardware barrier g + 1; once every route is written
-// (the block barrier makes the group's global writes visible to the whole block), all 1024 threads group the pairs,
-// their counts in the shared memory the routers used.
-template <KernelFault kFault>
-__global__ void __launch_bounds__(kGroupThreads)
-    moe_route_group_kernel(const MoeRouteParams route, const MoeGroupParams group) {
-  wait_for_prior_grid();
-  extern __shared__ int32_t route_group_shared[];  // [8, experts + top_k] floats for the routers, then the counts
-  __shared__ RouteScratch scratch[kRouteGroups];
-  __shared__ int scan_totals[2][kGroupWarps];
-  const int g = static_cast<int>(threadIdx.x) / kRouteThreads;
-  float* prob = reinterpret_cast<float*>(route_group_shared) + g * (route.experts + route.top_k);
-  for (int64_t t = g; t < route.tokens; t += kRouteGroups) route_token<kFault>(route, t, prob, scratch[g], g + 1);
-  __syncthreads();
-  group_pairs<kFault>(group, route_group_shared, scan_totals);
 }
 
 // ---- SiLU-multiply. ----
@@ -319,37 +178,27 @@ __global__ void __launch_bounds__(kElementwiseThreads) moe_combine_kernel(const 
   p.y[static_cast<int64_t>(t) * p.hidden + h] = acc;
 }
 
-// Lets kKernel take more than 48 KB of dynamic shared memory, up to what the device offers, once per device. A
-// failure, or a device offering too little, surfaces at the launch, which the caller checks.
-template <auto kKernel>
-void allow_dynamic_smem(int smem) {
-  if (smem <= 48 * 1024) return;
-  static std::atomic<uint64_t> devices_done{0};
-  int device = 0, optin = 0;
-  cudaGetDevice(&device);
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (devices_done.load(std::memory_order_relaxed) & bit) != 0) return;
-  cudaFuncAttributes attributes{};
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-      cudaFuncGetAttributes(&attributes, kKernel) == cudaSuccess &&
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           optin - static_cast<int>(attributes.sharedSizeBytes)) == cudaSuccess) {
-    devices_done.fetch_or(bit, std::memory_order_relaxed);
-  }
-}
-
 template <KernelFault kFault>
 void launch_moe_group_as(const MoeGroupParams& params, cudaStream_t stream) {
   const int smem = moe_group_smem_bytes(params.experts);
-  allow_dynamic_smem<moe_group_kernel<kFault>>(smem);
+  if (smem > 48 * 1024) {
+    // Allow the kernel all the shared memory the device offers, once per device. A failure, or a device offering
+    // too little for this many experts, surfaces at the launch, which the caller checks.
+    static std::atomic<uint64_t> devices_done{0};
+    int device = 0, optin = 0;
+    cudaGetDevice(&device);
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (devices_done.load(std::memory_order_relaxed) & bit) == 0) {
+      cudaFuncAttributes attributes{};
+      if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+          cudaFuncGetAttributes(&attributes, moe_group_kernel<kFault>) == cudaSuccess &&
+          cudaFuncSetAttribute(moe_group_kernel<kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(attributes.sharedSizeBytes)) == cudaSuccess) {
+        devices_done.fetch_or(bit, std::memory_order_relaxed);
+      }
+    }
+  }
   launch_kernel(moe_group_kernel<kFault>, 1, kGroupThreads, smem, stream, params);
-}
-
-template <KernelFault kFault>
-void launch_moe_route_group_as(const MoeRouteParams& route, const MoeGroupParams& group, cudaStream_t stream) {
-  const int smem = moe_route_group_smem_bytes(route.experts, route.top_k);
-  allow_dynamic_smem<moe_route_group_kernel<kFault>>(smem);
-  launch_kernel(moe_route_group_kernel<kFault>, 1, kGroupThreads, smem, stream, route, group);
 }
 
 template <KernelFault kFault>
@@ -364,40 +213,8 @@ void launch_moe_silu_mul_as(const MoeSiluMulParams& params, int64_t count, cudaS
 
 }  // namespace
 
-size_t moe_route_smem_bytes(int experts, int top_k) {
-  return static_cast<size_t>(experts + top_k) * sizeof(float);
-}
-
-void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(params.tokens));
-  const size_t shared = moe_route_smem_bytes(params.experts, params.top_k);
-  if (fault == KernelFault::kRouteTiesToHigher)
-    launch_kernel(moe_route_kernel<KernelFault::kRouteTiesToHigher>, grid, kRouteThreads, shared, stream, params);
-  else
-    launch_kernel(moe_route_kernel<KernelFault::kNone>, grid, kRouteThreads, shared, stream, params);
-}
-
 int moe_group_smem_bytes(int experts) {
   return kGroupWarps * experts * static_cast<int>(sizeof(int32_t));
-}
-
-int moe_route_group_smem_bytes(int experts, int top_k) {
-  const int routers = kRouteGroups * static_cast<int>(moe_route_smem_bytes(experts, top_k));
-  const int counts = moe_group_smem_bytes(experts);
-  return routers > counts ? routers : counts;
-}
-
-void launch_moe_route_group(const MoeRouteParams& route, const MoeGroupParams& group, KernelFault fault,
-                            cudaStream_t stream) {
-  if (route.tokens == 0) return;
-  switch (fault) {
-    case KernelFault::kRouteTiesToHigher:
-      return launch_moe_route_group_as<KernelFault::kRouteTiesToHigher>(route, group, stream);
-    case KernelFault::kExpertsGroupClampOffByOne:
-      return launch_moe_route_group_as<KernelFault::kExpertsGroupClampOffByOne>(route, group, stream);
-    default:
-      return launch_moe_route_group_as<KernelFault::kNone>(route, group, stream);
-  }
 }
 
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream) {

@@ -1,16 +1,11 @@
-// The routed experts of an MoE layer, around the grouped products of linear.h: route each token (softmax over the
-// experts, top-k, optional renormalization), group each token's (token, slot) pairs by expert on the device, then
-// after the gate_up product apply SiLU(gate) ⊙ up, and after the down product combine each token's slots in slot
-// order. Expert ids stay on the device: no host synchronization, and launch shapes depend only on the number of
-// tokens, pairs and experts.
-//
-// Exactness: every sum has an order fixed by the expert count and top_k; a token's route never depends on the other
-// tokens of the call, nor on whether it is routed alone or in one launch with the grouping.
+// The routed experts of an MoE layer, around the grouped products of linear.h: group each token's (token, slot)
+// pairs by expert on the device, then after the gate_up product apply SiLU(gate) ⊙ up, and after the down product
+// combine each token's slots in slot order. Expert ids stay on the device: no host synchronization, and launch
+// shapes depend only on the number of pairs and experts.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "backends/cuda/kernels/fault.h"
@@ -19,23 +14,6 @@ namespace plumb::cuda {
 
 // The grouping kernel keeps per-warp counts of every expert in shared memory (32 x experts ints).
 constexpr int kMoeMaxExperts = 1024;
-// The most experts moe_route handles (its probabilities live in shared memory).
-constexpr int kMaxRouteExperts = 4096;
-
-// Per token: p = softmax(logits[t]); the top_k experts by p, best first, ties to the lower id; weights p, or p over
-// the sum of the kept p when renormalize.
-struct MoeRouteParams {
-  const float* logits = nullptr;    // [tokens, experts]
-  int32_t* expert_ids = nullptr;    // [tokens, top_k]
-  float* expert_weights = nullptr;  // [tokens, top_k]
-  int64_t tokens = 0;
-  int32_t experts = 0;  // at most kMaxRouteExperts
-  int32_t top_k = 0;    // in [1, experts]
-  bool renormalize = false;
-};
-void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream);
-// The dynamic shared memory (bytes) launch_moe_route gives its kernel (for the resource records).
-size_t moe_route_smem_bytes(int experts, int top_k);
 
 // An upper bound on the row tiles the grouping makes: each non-empty expert needs ceil(rows / tile_rows) tiles,
 // at most rows / tile_rows + 1, and every tile holds at least one pair.
@@ -71,16 +49,6 @@ struct MoeGroupParams {
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream);
 // The dynamic shared memory (bytes) launch_moe_group gives its kernel for an expert count (for the resource records).
 int moe_group_smem_bytes(int experts);
-
-// The route and the grouping of a decode-sized call in one launch (one block): the route of every token, then the
-// grouping of its pairs (route.expert_ids must be group.expert_ids). Each token's route and the grouping are those of
-// launch_moe_route and launch_moe_group, bit for bit; what the launch saves is one kernel's start and end, which at
-// a few tokens is most of what routing costs. For at most kMoeRouteGroupMaxTokens tokens and kMoeMaxExperts experts.
-constexpr int64_t kMoeRouteGroupMaxTokens = 64;
-void launch_moe_route_group(const MoeRouteParams& route, const MoeGroupParams& group, KernelFault fault,
-                            cudaStream_t stream);
-// The dynamic shared memory (bytes) launch_moe_route_group gives its kernel (for the resource records).
-int moe_route_group_smem_bytes(int experts, int top_k);
 
 // act[s, i] = SiLU(gate_up[s, i]) · gate_up[s, inter + i]. gate_up [rows, 2·inter] F32; act [rows, inter] F32, or
 // BF16 bits (rounded to nearest even) when act_bf16.

@@ -4,20 +4,16 @@
 // Both kernels are exact by construction: one thread computes each output from a sum in a fixed order, or a CTA
 // reduces in a fixed tree (in-thread, then a warp butterfly, then warps in index order) whose shape depends on dk and
 // dv alone. Nothing depends on T, on which sequences share the batch, or on the grid.
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "backends/cuda/kernels/activations.cuh"
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/gdn_device.cuh"
 #include "backends/cuda/kernels/launch.cuh"
 
 namespace plumb::cuda {
 namespace {
-
-namespace cg = cooperative_groups;
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Causal depthwise conv1d + SiLU
@@ -60,7 +56,11 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_silu_kernel(const 
 #pragma unroll 4
   for (int64_t t = tile.first; t < end; ++t) {
     const float current = x[t * C];
-    y[t * C] = conv_silu<kWidth>(w, window, current);  // Σ_j w[j] · input(t - (K-1) + j), j ascending, as the CPU
+    float acc = 0.0f;  // Σ_j w[j] · input(t - (K-1) + j), j ascending, as the CPU reference sums
+#pragma unroll
+    for (int j = 0; j < kHistory; ++j) acc = fmaf(w[j], window[j], acc);
+    acc = fmaf(w[kHistory], current, acc);
+    y[t * C] = acc / (1.0f + expf(-acc));
 #pragma unroll
     for (int j = 0; j + 1 < kHistory; ++j) window[j] = window[j + 1];
     window[kHistory - 1] = current;
@@ -108,82 +108,6 @@ __device__ __forceinline__ void wait_async_copies() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// The decode layer's conv channels of a CTA, in its threads' order: slot j < 2·dk is channel j of the key head's
-// q | k, slot 2·dk + v is value column col0 + v of value head h (for col0 + v < dv); -1 for a slot past them.
-__device__ __forceinline__ int64_t decode_conv_channel(const GatedDeltaRuleParams& p, int kh, int h, int col0,
-                                                       int slot) {
-  const int dk = p.key_dim;
-  if (slot < dk) return static_cast<int64_t>(kh) * dk + slot;
-  if (slot < 2 * dk) return static_cast<int64_t>(p.key_heads + kh) * dk + (slot - dk);
-  const int v = slot - 2 * dk;
-  if (col0 + v >= p.value_dim) return -1;
-  return static_cast<int64_t>(2 * p.key_heads) * dk + static_cast<int64_t>(h) * p.value_dim + col0 + v;
-}
-
-// One channel of causal_conv1d_silu_kernel for a sequence's one new token, from its state [C, K-1] and input row.
-template <int kWidth, KernelFault kFault>
-__device__ __forceinline__ float decode_conv(const GatedDeltaRuleParams& p, const float* conv_state, int64_t c,
-                                             int64_t row) {
-  float w[kWidth], window[kWidth - 1];
-#pragma unroll
-  for (int j = 0; j < kWidth; ++j) w[j] = p.conv_w[c * kWidth + j];
-#pragma unroll
-  for (int j = 0; j + 1 < kWidth; ++j)
-    window[j] = kFault == KernelFault::kConvIgnoresState ? 0.0f : conv_state[c * (kWidth - 1) + j];
-  return conv_silu<kWidth>(w, window, p.qkv[row * p.qkv_stride + c]);
-}
-
-// The decode layer after its token (see gdn_recurrent_kernel): the gated norm of o (warp 0, lanes < 8 hold o at
-// their 4 columns), written to y, then each conv state's shift by the token's input. Every thread of the CTA calls
-// it.
-template <int kWidth, KernelFault kFault>
-__device__ void decode_layer_epilogue(const GatedDeltaRuleParams& p, const GdnSequence& seq, int kh, int h, int col0,
-                                      const float (&o)[4], float* norm_parts) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, dv = p.value_dim;
-  const int64_t row = seq.begin;
-  if (warp == 0 && lane < kColGroups) {
-    float acc[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[e] = __fmaf_rn(o[e], o[e], 0.0f);
-    norm_parts[lane] = __fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3]));
-  }
-  const cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (warp == 0) {
-    // Lane j takes the squares of columns 4j .. 4j + 3 of the head (zero past dv, as a norm lane without a chunk).
-    const unsigned head_blocks = cluster.dim_blocks().x, head_in_cluster = cluster.block_index().y;
-    float sum = 0.0f;
-    if (lane < dv / 4) {
-      const unsigned rank = lane / kColGroups + head_in_cluster * head_blocks;
-      sum = *cluster.map_shared_rank(norm_parts + lane % kColGroups, rank);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, static_cast<float>(dv)), p.norm_eps)));
-    if (lane < kColGroups) {
-      const int64_t at = (row * p.value_heads + h) * dv + col0 + lane * 4;  // [4] of y[row, h, :] and z
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float z = p.z[at + e];
-        const float gate = kFault == KernelFault::kGatedNormGateSign ? silu(-z) : silu(z);
-        p.y[at + e] = __fmul_rn(__fmul_rn(__fmul_rn(o[e], inv), p.norm_w[col0 + lane * 4 + e]), gate);
-      }
-    }
-  }
-  // Every CTA of the cluster has read the key head's q and k conv state (before the barrier above): the cluster's
-  // first CTA shifts it, and each CTA its own value columns'.
-  const bool shifts_key_head = cluster.block_rank() == 0;
-  for (int slot = threadIdx.x; slot < 2 * p.key_dim + kRecurrentCols; slot += kRecurrentThreads) {
-    const int64_t c = decode_conv_channel(p, kh, h, col0, slot);
-    if (c < 0 || (slot < 2 * p.key_dim && !shifts_key_head)) continue;
-    float* const state = seq.conv_state + c * (kWidth - 1);  // [K-1], oldest first
-#pragma unroll
-    for (int j = 0; j + 2 < kWidth; ++j) state[j] = state[j + 1];
-    state[kWidth - 2] = p.qkv[row * p.qkv_stride + c];
-  }
-  cluster.sync();
-}
-
 // grid (⌈dv / 32⌉, nv, batch sequences), 128 threads. The CTA owns columns [32·x, 32·x + 32) of value head h's state
 // S [dk, dv] and keeps them in shared memory over the sequence's tokens: lane l of warp w owns columns 4·(l % 8) .. +3
 // of rows i = 4·w + l / 8 + 16·r (r < kRows). Each thread copies its own pieces in first thing (16-byte cp.async where
@@ -193,29 +117,14 @@ __device__ void decode_layer_epilogue(const GatedDeltaRuleParams& p, const GdnSe
 // the raw q, the norms applied after) run in-thread over r, then over the 4 row lanes of the warp (xor 8, xor 16),
 // then over the 4 warps in index order through shared memory: a tree fixed by kRows, which is fixed by dk. Two
 // barriers per token: before the warps' partials of Σq², Σk² and Sᵀk are read, and before those of Sᵀq.
-//
-// kConvWidth > 0: the decode layer (launch_gdn_decode), one token a sequence, grid.x = dv / 32 exactly, the CTAs of
-// one key head one cluster (dv / 32 × nv / nk). The CTA first computes the conv outputs it reads (its key head's q
-// and k, its 32 value columns) into shared memory, as causal_conv1d_silu_kernel computes them. After the token,
-// warp 0's lanes hold o = Sᵀq at the CTA's columns, and the gated norm of the value head's row follows
-// rms_norm_kernel at 32 threads a row: lane j of that kernel sums the squares of columns 4j .. 4j + 3, which here
-// is column group j % 8 of the head's CTA j / 8, exchanged through distributed shared memory, then the same
-// butterfly. The first cluster barrier also orders every CTA's reads of the key head's conv state before the
-// cluster's first CTA rewrites it; the second keeps each CTA's norm parts alive until the others have read them.
-template <int kRows, bool kVec4, KernelFault kFault, int kConvWidth>
+template <int kRows, bool kVec4, KernelFault kFault>
 __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
     gdn_recurrent_kernel(const GatedDeltaRuleParams p, const GdnSequence* sequences) {
-  constexpr bool kDecodeLayer = kConvWidth > 0;
   wait_for_prior_grid();
   __shared__ __align__(16) float tile[kRows * kRowLanes][kRecurrentCols];  // S[i][32·x + c]; zero outside [dk, dv]
   __shared__ float norm_partial[kRecurrentWarps][2];                       // per warp: its rows' Σq², Σk²
   __shared__ float m_partial[kRecurrentWarps][kRecurrentCols];             // per warp: its rows' share of Sᵀk_raw
   __shared__ float o_partial[kRecurrentWarps][kRecurrentCols];             // per warp: its rows' share of Sᵀq_raw
-  // The decode layer's conv outputs (q | k of the key head, then the CTA's value columns) and its norm parts (per
-  // column group, Σ o² of its 4 columns).
-  constexpr int kConvSlots = kDecodeLayer ? 2 * kRows * kRowLanes + kRecurrentCols : 1;
-  __shared__ float conv_out[kConvSlots];
-  __shared__ float norm_parts[kDecodeLayer ? kColGroups : 1];
 
   const GdnSequence seq = sequences[blockIdx.z];
   const int h = blockIdx.y;
@@ -259,24 +168,11 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
     }
   }
 
-  const int col0 = blockIdx.x * kRecurrentCols;
-  float o_out[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // warp 0, lanes < 8: o at its columns, for the decode layer's norm
   for (int64_t t = 0; t < seq.count; ++t) {
     const int64_t row = seq.begin + t;
-    // q, k and v of this token: the qkv rows, or the decode layer's conv outputs.
-    const float* q = p.qkv + row * p.qkv_stride + kh * dk;                              // [dk]
-    const float* k = p.qkv + row * p.qkv_stride + (p.key_heads + kh) * dk;              // [dk]
-    const float* v = p.qkv + row * p.qkv_stride + 2 * p.key_heads * dk + h * dv + col;  // [4] of [dv]
-    if constexpr (kDecodeLayer) {
-      for (int slot = threadIdx.x; slot < 2 * dk + kRecurrentCols; slot += kRecurrentThreads) {
-        const int64_t c = decode_conv_channel(p, kh, h, col0, slot);
-        if (c >= 0) conv_out[slot] = decode_conv<kConvWidth, kFault>(p, seq.conv_state, c, row);
-      }
-      __syncthreads();
-      q = conv_out;
-      k = conv_out + dk;
-      v = conv_out + 2 * dk + group * 4;
-    }
+    const float* const q = p.qkv + row * p.qkv_stride + kh * dk;                              // [dk]
+    const float* const k = p.qkv + row * p.qkv_stride + (p.key_heads + kh) * dk;              // [dk]
+    const float* const v = p.qkv + row * p.qkv_stride + 2 * p.key_heads * dk + h * dv + col;  // [4] of [dv]
     float q_raw[kRows], k_raw[kRows];  // q and k at this thread's rows, before the norm; zero past dk
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -372,51 +268,49 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
         float total = 0.0f;
 #pragma unroll
         for (int w = 0; w < kRecurrentWarps; ++w) total += o_partial[w][group * 4 + e];
-        o_out[e] = total * q_norm;
-        if (!kDecodeLayer && col + e < dv) out[e] = o_out[e];
+        if (col + e < dv) out[e] = total * q_norm;
       }
     }
     // No third barrier: the next token's first shared writes (norm_partial, m_partial) come after every thread's
     // reads of them above, which precede the barrier just passed; its o_partial writes come after its first
     // barrier, which warp 0 reaches only once it has read this token's o_partial.
   }
-  if constexpr (kDecodeLayer) decode_layer_epilogue<kConvWidth, kFault>(p, seq, kh, h, col0, o_out, norm_parts);
 }
 
-template <int kRows, bool kVec4, KernelFault kFault, int kConvWidth>
-void launch_recurrent_rows(const GatedDeltaRuleParams& p, const GdnSequence* sequences, dim3 grid, dim3 cluster,
+template <int kRows, bool kVec4, KernelFault kFault>
+void launch_recurrent_rows(const GatedDeltaRuleParams& p, const GdnSequence* sequences, dim3 grid,
                            cudaStream_t stream) {
-  const auto kernel = gdn_recurrent_kernel<kRows, kVec4, kFault, kConvWidth>;
   // The state tiles of the resident CTAs need most of the SM's shared memory: ask for the largest carveout, once.
   static const cudaError_t carveout =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      cudaFuncSetAttribute(gdn_recurrent_kernel<kRows, kVec4, kFault>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
   (void)carveout;  // a hint: without it the kernel still runs, with fewer CTAs resident
-  launch_kernel_in_clusters(kernel, grid, cluster, kRecurrentThreads, 0, stream, p, sequences);
+  launch_kernel(gdn_recurrent_kernel<kRows, kVec4, kFault>, grid, kRecurrentThreads, 0, stream, p, sequences);
 }
 
-// kRows · 16 >= dk: the fewest rows of shared memory that hold the CTA's rows of S.
-template <bool kVec4, KernelFault kFault, int kConvWidth>
-void launch_recurrent_variant(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, dim3 cluster,
+template <bool kVec4, KernelFault kFault>
+void launch_recurrent_variant(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count,
                               cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.value_dim + kRecurrentCols - 1) / kRecurrentCols),
                   static_cast<unsigned>(p.value_heads), static_cast<unsigned>(count));
+  // kRows · 16 >= dk: the fewest rows of shared memory that hold the CTA's rows of S.
   if (p.key_dim <= 2 * kRowLanes)
-    launch_recurrent_rows<2, kVec4, kFault, kConvWidth>(p, sequences, grid, cluster, stream);
+    launch_recurrent_rows<2, kVec4, kFault>(p, sequences, grid, stream);
   else if (p.key_dim <= 4 * kRowLanes)
-    launch_recurrent_rows<4, kVec4, kFault, kConvWidth>(p, sequences, grid, cluster, stream);
+    launch_recurrent_rows<4, kVec4, kFault>(p, sequences, grid, stream);
   else if (p.key_dim <= 8 * kRowLanes)
-    launch_recurrent_rows<8, kVec4, kFault, kConvWidth>(p, sequences, grid, cluster, stream);
-  else if constexpr (kConvWidth == 0)  // the decode layer takes dk <= 128 (gdn_decode_supported)
-    launch_recurrent_rows<16, kVec4, kFault, kConvWidth>(p, sequences, grid, cluster, stream);
+    launch_recurrent_rows<8, kVec4, kFault>(p, sequences, grid, stream);
+  else
+    launch_recurrent_rows<16, kVec4, kFault>(p, sequences, grid, stream);
 }
 
 template <KernelFault kFault>
 void launch_recurrent_fault(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count,
                             cudaStream_t stream) {
   if (p.state_vec4)
-    launch_recurrent_variant<true, kFault, 0>(p, sequences, count, dim3(1), stream);
+    launch_recurrent_variant<true, kFault>(p, sequences, count, stream);
   else
-    launch_recurrent_variant<false, kFault, 0>(p, sequences, count, dim3(1), stream);
+    launch_recurrent_variant<false, kFault>(p, sequences, count, stream);
 }
 
 void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
@@ -429,14 +323,6 @@ void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnSequence* se
     default:
       return launch_recurrent_fault<KernelFault::kNone>(p, sequences, count, stream);
   }
-}
-
-// The decode layer's cluster: the CTAs of one key head (value columns × the value heads that read it).
-template <KernelFault kFault>
-void launch_decode_fault(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, cudaStream_t stream) {
-  const dim3 cluster(static_cast<unsigned>(p.value_dim / kRecurrentCols),
-                     static_cast<unsigned>(p.value_heads / p.key_heads));
-  launch_recurrent_variant<true, kFault, kGdnDecodeConvWidth>(p, sequences, count, cluster, stream);
 }
 
 }  // namespace
@@ -463,30 +349,6 @@ void launch_causal_conv1d_silu(const CausalConv1dParams& p, KernelFault fault, c
 void launch_gdn_recurrent(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
                           cudaStream_t stream) {
   if (count > 0) launch_recurrent_batch(p, sequences, count, fault, stream);
-}
-
-bool gdn_decode_supported(int key_heads, int value_heads, int key_dim, int value_dim, int conv_width) {
-  // A cluster of at most 8 CTAs (the portable size), whole 32-column CTAs, and a norm row of at most 32 chunks.
-  return conv_width == kGdnDecodeConvWidth && key_heads > 0 && value_heads % key_heads == 0 && key_dim >= 1 &&
-         key_dim <= 8 * kRowLanes && value_dim % kRecurrentCols == 0 && value_dim >= kRecurrentCols &&
-         value_dim <= 128 && (value_dim / kRecurrentCols) * (value_heads / key_heads) <= 8;
-}
-
-void launch_gdn_decode(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
-                       cudaStream_t stream) {
-  if (count == 0) return;
-  switch (fault) {
-    case KernelFault::kConvIgnoresState:
-      return launch_decode_fault<KernelFault::kConvIgnoresState>(p, sequences, count, stream);
-    case KernelFault::kGdnGateSign:
-      return launch_decode_fault<KernelFault::kGdnGateSign>(p, sequences, count, stream);
-    case KernelFault::kGdnMissingBarrier:
-      return launch_decode_fault<KernelFault::kGdnMissingBarrier>(p, sequences, count, stream);
-    case KernelFault::kGatedNormGateSign:
-      return launch_decode_fault<KernelFault::kGatedNormGateSign>(p, sequences, count, stream);
-    default:
-      return launch_decode_fault<KernelFault::kNone>(p, sequences, count, stream);
-  }
 }
 
 }  // namespace plumb::cuda

@@ -53,7 +53,6 @@ struct GdnSequence {
   int64_t begin;
   int64_t count;  // > 0
   int64_t past;
-  float* conv_state = nullptr;  // [C, K-1] F32: launch_gdn_decode's conv state (no other kernel reads it)
 };
 
 struct GatedDeltaRuleParams {
@@ -72,13 +71,6 @@ struct GatedDeltaRuleParams {
   // Recurrent kernel only: every state is 16-byte aligned and dv % 4 == 0, so rows of S move as float4 (a
   // separate instantiation: the scalar path would cost the vector one registers).
   bool state_vec4;
-  // launch_gdn_decode only: the conv before the rule (qkv is then its input) and the gated norm after it, which
-  // writes y in place of o.
-  const float* conv_w = nullptr;  // [C, kGdnDecodeConvWidth], C = qkv_stride
-  const float* z = nullptr;       // [T, nv·dv] the output gate
-  const float* norm_w = nullptr;  // [dv]
-  float norm_eps = 0.0f;
-  float* y = nullptr;  // [T, nv·dv]
 };
 
 // Token by token, one CTA per (32 value columns, value head, sequence): decode, and algorithm kRecurrent. sequences
@@ -86,18 +78,6 @@ struct GatedDeltaRuleParams {
 // planted variants.
 void launch_gdn_recurrent(const GatedDeltaRuleParams& params, const GdnSequence* sequences, int count,
                           KernelFault fault, cudaStream_t stream);
-
-// A GDN layer's core for one new token per sequence, in one launch: per sequence (its conv_state set and count 1),
-// y = gated_rms_norm(gated_delta_rule(causal_conv1d_silu(qkv)), z), both states updated; bit for bit what
-// launch_causal_conv1d_silu, launch_gdn_recurrent and the gated RMSNorm of dense.h give one after the other. The
-// recurrent kernel's CTAs of one key head form a thread-block cluster: they read the key head's q and k conv state
-// before one of them rewrites it, and the CTAs of a value head sum the norm's squares through distributed shared
-// memory in the norm kernel's order. gdn_decode_supported says which shapes it takes. Faults kConvIgnoresState,
-// kGdnGateSign, kGdnMissingBarrier and kGatedNormGateSign select planted variants.
-constexpr int kGdnDecodeConvWidth = 4;
-bool gdn_decode_supported(int key_heads, int value_heads, int key_dim, int value_dim, int conv_width);
-void launch_gdn_decode(const GatedDeltaRuleParams& params, const GdnSequence* sequences, int count, KernelFault fault,
-                       cudaStream_t stream);
 
 // The chunked kernels' work list. Chunks are kGdnChunkRows long and start at multiples of kGdnChunkRows of their
 // sequence's position (a sequence's first chunk may be shorter, as may its last).

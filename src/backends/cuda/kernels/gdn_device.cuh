@@ -23,17 +23,6 @@ __device__ __forceinline__ void gdn_gates(float a, float b, float A_log, float d
   if constexpr (kFault == KernelFault::kGdnGateSign) g = -g;
 }
 
-// One token of the causal conv1d + SiLU of one channel: Σ_j w[j] · window[j] over the K-1 inputs before the token
-// (oldest first), then the token's own tap, then SiLU: the sum and the rounding every GDN conv path shares.
-template <int kWidth>
-__device__ __forceinline__ float conv_silu(const float (&w)[kWidth], const float (&window)[kWidth - 1], float current) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j + 1 < kWidth; ++j) acc = fmaf(w[j], window[j], acc);
-  acc = fmaf(w[kWidth - 1], current, acc);
-  return acc / (1.0f + expf(-acc));
-}
-
 // The sum of v over the 32 lanes by a butterfly: every lane ends with the same bits, since each step adds the same
 // two operands on both partner lanes and float addition is commutative. The tree depends on nothing but the warp.
 __device__ __forceinline__ float warp_sum(float v) {

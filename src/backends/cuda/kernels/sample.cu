@@ -1,4 +1,5 @@
-// The kernel of sample.h: the token sampler (a thread-block cluster per row).
+// Kernels of sample.h: the MoE router (one thread block per token) and the token sampler (a thread-block cluster
+// per row).
 //
 // The sampler follows CpuBackend::sample_tokens (cpu_sample.cpp). With s = (l - max l) · (1 / T) in F32, tokens rank
 // by s, highest first, equal s to the lower id, and weigh e = exp(s) (softmax numerators: dividing by their sum
@@ -39,6 +40,97 @@ namespace cg = cooperative_groups;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 using u64 = unsigned long long;  // the type integer atomics and shuffles take
+
+// ---- router ----------------------------------------------------------------------------------------------------
+
+constexpr int kRouteThreads = 128;
+constexpr int kRouteWarps = kRouteThreads / 32;
+
+// Whether expert a (probability pa) ranks before expert b: the higher probability, equal ones to the lower id (to
+// the higher id in the planted control).
+template <KernelFault kFault>
+__device__ __forceinline__ bool ranks_before(float pa, int32_t a, float pb, int32_t b) {
+  if (pa != pb) return pa > pb;
+  return kFault == KernelFault::kRouteTiesToHigher ? a > b : a < b;
+}
+
+// Block t routes token t. Thread j owns experts j, j + 128, ...: it computes their e^(l - max) and sums them in that
+// order; a xor-shuffle tree and the four warps' sums, (w0 + w1) + (w2 + w3), give the softmax denominator, in an
+// order fixed by the expert count. Then top_k rounds of a block argmax (ties to the lower id); each round's winner
+// is set to -1 by its owner so later rounds pass it over. Renormalization sums the kept weights in rank order, as
+// the CPU reference does.
+template <KernelFault kFault>
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams p) {
+  wait_for_prior_grid();
+  extern __shared__ float route_shared[];
+  float* prob = route_shared;                // [experts]
+  float* chosen = route_shared + p.experts;  // [top_k], thread 0's
+  __shared__ float warp_max[kRouteWarps], warp_sum[kRouteWarps];
+  __shared__ float round_p[2][kRouteWarps];  // double-buffered by round, so one barrier per round suffices
+  __shared__ int32_t round_id[2][kRouteWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t E = p.experts, K = p.top_k;
+  const int64_t t = blockIdx.x;
+  const float* logits = p.logits + t * E;  // [E]
+
+  float max_logit = -INFINITY;
+  for (int32_t e = threadIdx.x; e < E; e += kRouteThreads) {
+    prob[e] = logits[e];
+    max_logit = fmaxf(max_logit, prob[e]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_logit = fmaxf(max_logit, __shfl_xor_sync(kFullMask, max_logit, offset));
+  if (lane == 0) warp_max[warp] = max_logit;
+  __syncthreads();
+  max_logit = fmaxf(fmaxf(warp_max[0], warp_max[1]), fmaxf(warp_max[2], warp_max[3]));
+
+  float sum = 0.0f;
+  for (int32_t e = threadIdx.x; e < E; e += kRouteThreads) {
+    prob[e] = expf(__fsub_rn(prob[e], max_logit));
+    sum = __fadd_rn(sum, prob[e]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(kFullMask, sum, offset));
+  if (lane == 0) warp_sum[warp] = sum;
+  __syncthreads();
+  sum = __fadd_rn(__fadd_rn(warp_sum[0], warp_sum[1]), __fadd_rn(warp_sum[2], warp_sum[3]));
+  for (int32_t e = threadIdx.x; e < E; e += kRouteThreads) prob[e] = __fdiv_rn(prob[e], sum);
+
+  for (int32_t j = 0; j < K; ++j) {
+    // Below every probability and every passed-over expert (-1).
+    float best_p = -2.0f;
+    int32_t best = E;
+    for (int32_t e = threadIdx.x; e < E; e += kRouteThreads)
+      if (ranks_before<kFault>(prob[e], e, best_p, best)) best_p = prob[e], best = e;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other_p = __shfl_xor_sync(kFullMask, best_p, offset);
+      const int32_t other = __shfl_xor_sync(kFullMask, best, offset);
+      if (ranks_before<kFault>(other_p, other, best_p, best)) best_p = other_p, best = other;
+    }
+    if (lane == 0) round_p[j & 1][warp] = best_p, round_id[j & 1][warp] = best;
+    __syncthreads();
+    best_p = round_p[j & 1][0], best = round_id[j & 1][0];
+    for (int w = 1; w < kRouteWarps; ++w)
+      if (ranks_before<kFault>(round_p[j & 1][w], round_id[j & 1][w], best_p, best))
+        best_p = round_p[j & 1][w], best = round_id[j & 1][w];
+    // Only NaN logits leave no winner; an id in range keeps the expert kernels in bounds even then.
+    if (best >= E) best = 0;
+    if (best % kRouteThreads == static_cast<int32_t>(threadIdx.x)) prob[best] = -1.0f;
+    if (threadIdx.x == 0) {
+      chosen[j] = best_p;
+      p.expert_ids[t * K + j] = best;
+    }
+  }
+
+  if (threadIdx.x == 0) {
+    float kept = 0.0f;
+    for (int32_t j = 0; j < K; ++j) kept = __fadd_rn(kept, chosen[j]);
+    for (int32_t j = 0; j < K; ++j)
+      p.expert_weights[t * K + j] = p.renormalize ? __fdiv_rn(chosen[j], kept) : chosen[j];
+  }
+}
 
 // ---- sampler ---------------------------------------------------------------------------------------------------
 
@@ -610,6 +702,19 @@ void launch_sample_tokens_with(const SampleTokensParams& params, float mass_scal
 }
 
 }  // namespace
+
+size_t moe_route_smem_bytes(int experts, int top_k) {
+  return static_cast<size_t>(experts + top_k) * sizeof(float);
+}
+
+void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(params.tokens));
+  const size_t shared = moe_route_smem_bytes(params.experts, params.top_k);
+  if (fault == KernelFault::kRouteTiesToHigher)
+    launch_kernel(moe_route_kernel<KernelFault::kRouteTiesToHigher>, grid, kRouteThreads, shared, stream, params);
+  else
+    launch_kernel(moe_route_kernel<KernelFault::kNone>, grid, kRouteThreads, shared, stream, params);
+}
 
 void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, cudaStream_t stream) {
   int vocab_bits = 0;

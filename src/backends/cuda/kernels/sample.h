@@ -1,7 +1,8 @@
-// Token sampling on the GPU (greedy, or temperature with top-k and top-p; a cluster of up to 16 blocks per row).
+// Selection on the GPU: the MoE router (softmax over the experts, top-k, optional renormalization; one thread block
+// per token) and token sampling (greedy, or temperature with top-k and top-p; a cluster of up to 16 blocks per row).
 //
-// Exactness: the sampler's sums are integers (64-bit fixed point), exact in any order. A row's result never depends
-// on the other rows of the call.
+// Exactness: every sum has an order fixed by the row length; the sampler's sums are integers (64-bit fixed point),
+// exact in any order. A row's result never depends on the other rows of the call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,24 @@
 #include "backends/cuda/kernels/fault.h"
 
 namespace plumb::cuda {
+
+// The most experts moe_route handles (its probabilities live in shared memory).
+constexpr int kMaxRouteExperts = 4096;
+
+// Per token: p = softmax(logits[t]); the top_k experts by p, best first, ties to the lower id; weights p, or p over
+// the sum of the kept p when renormalize.
+struct MoeRouteParams {
+  const float* logits = nullptr;    // [tokens, experts]
+  int32_t* expert_ids = nullptr;    // [tokens, top_k]
+  float* expert_weights = nullptr;  // [tokens, top_k]
+  int64_t tokens = 0;
+  int32_t experts = 0;  // at most kMaxRouteExperts
+  int32_t top_k = 0;    // in [1, experts]
+  bool renormalize = false;
+};
+void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream);
+// The dynamic shared memory (bytes) launch_moe_route gives its kernel (for the resource records).
+size_t moe_route_smem_bytes(int experts, int top_k);
 
 // One row's draw, prepared on the host from a TokenDraw.
 struct SampleDraw {
