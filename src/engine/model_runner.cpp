@@ -129,7 +129,8 @@ void ModelRunner::offer_prefix(int32_t slot, std::span<const int32_t> prompt, in
   const std::optional<SequenceState>& state = states_[static_cast<size_t>(slot)];
   PLUMB_CHECK(state && state->position == position, "slot {}: offered {} tokens as its prefix, but its state is at {}",
               slot, position, state ? state->position : -1);
-  cache_->keep(prompt.first(static_cast<size_t>(position)), *state);
+  const bool end = position == static_cast<int64_t>(prompt.size()) / PrefixCache::kBlock * PrefixCache::kBlock;
+  cache_->keep(prompt.first(static_cast<size_t>(position)), *state, end ? KeptAt::kPromptEnd : KeptAt::kWithinPrompt);
 }
 
 std::optional<PrefixCacheStats> ModelRunner::prefix_cache_stats() const {

@@ -66,6 +66,7 @@ std::optional<SequenceState> PrefixCache::resume(std::span<const int32_t> prompt
     Entry* entry = find(prompt.first(b * kBlock), hashes[b]);
     if (entry == nullptr) continue;
     entry->used = ++clock_;
+    entry->reused = true;
     ++stats_.hits;
     stats_.hit_tokens += entry->state.position;
     return model_.share_sequence(entry->state);
@@ -87,21 +88,25 @@ int64_t PrefixCache::new_pages(std::span<const int32_t> pages) const {
 }
 
 void PrefixCache::evict_least_recent() {
-  const auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                       [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+  // Passing entries first (reused false < true), the least recently used first among each class.
+  const auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second.reused, a.second.used) < std::pair(b.second.reused, b.second.used);
+  });
   for (int32_t page : oldest->second.state.kv_pages.ids())
     if (--page_holders_.at(page) == 0) page_holders_.erase(page);
   entries_.erase(oldest);  // the entry's state returns its recurrent slot and lets go of its pages
   ++stats_.evictions;
 }
 
-void PrefixCache::keep(std::span<const int32_t> tokens, const SequenceState& state) {
+void PrefixCache::keep(std::span<const int32_t> tokens, const SequenceState& state, KeptAt at) {
   PLUMB_CHECK(!tokens.empty() && tokens.size() % kBlock == 0 && state.position == static_cast<int64_t>(tokens.size()),
               "prefix cache: a state at position {} kept for {} tokens (a positive multiple of {} is needed)",
               state.position, tokens.size(), kBlock);
   const uint64_t hash = block_hashes(tokens).back();
   if (Entry* entry = find(tokens, hash); entry != nullptr) {
+    // Another sequence computed the same prefix: it is shared.
     entry->used = ++clock_;
+    entry->reused = true;
     return;
   }
   // A different prefix of the same hash keeps its place: the new one is not kept.
@@ -113,8 +118,8 @@ void PrefixCache::keep(std::span<const int32_t> tokens, const SequenceState& sta
                                static_cast<int64_t>(page_holders_.size()) + new_pages(pages) > limits_.pages))
     evict_least_recent();
   for (int32_t page : pages) ++page_holders_[page];
-  entries_.emplace(hash,
-                   Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), model_.share_sequence(state), ++clock_});
+  entries_.emplace(hash, Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), model_.share_sequence(state),
+                               ++clock_, at == KeptAt::kPromptEnd});
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <utility>
 
 #include "core/error.h"
 #include "model/projection_stacks.h"
@@ -30,9 +31,13 @@ Qwen3NextModel::Qwen3NextModel(ModelConfig config, ModelWeights weights, Backend
 }
 
 SequenceState Qwen3NextModel::new_sequence(int64_t reserve_tokens) const {
+  return sequence_in(RecurrentSlot(recurrent_pool_), reserve_tokens);
+}
+
+SequenceState Qwen3NextModel::sequence_in(RecurrentSlot slot, int64_t reserve_tokens) const {
   const ModelConfig& c = config_;
   SequenceState s;
-  s.recurrent_slot = RecurrentSlot(recurrent_pool_);
+  s.recurrent_slot = std::move(slot);
   s.kv_pages = KvPages(kv_pool_);
   s.kv_pages.cover(reserve_tokens);
   s.layers.resize(c.num_layers);
@@ -48,12 +53,11 @@ SequenceState Qwen3NextModel::fork_sequence(const SequenceState& state) const {
   PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers && state.kv_pages.pool() == kv_pool_ &&
                   state.recurrent_slot.pool() == recurrent_pool_,
               "fork_sequence: state is for another model");
-  SequenceState fork = new_sequence(state.position);
+  SequenceState fork = sequence_in(RecurrentSlot(recurrent_pool_, state.recurrent_slot.id()), state.position);
   fork.position = state.position;
   const std::vector<int32_t>& from = state.kv_pages.ids();
   const std::vector<int32_t>& to = fork.kv_pages.ids();
   for (size_t j = 0; j < from.size() && j < to.size(); ++j) kv_pool_->copy_page(from[j], to[j]);
-  recurrent_pool_->copy(state.recurrent_slot.id(), fork.recurrent_slot.id());
   return fork;
 }
 
@@ -64,11 +68,10 @@ SequenceState Qwen3NextModel::share_sequence(const SequenceState& state) const {
   PLUMB_CHECK(state.position % kKvPageSize == 0 && state.kv_pages.tokens_covered() >= state.position,
               "share_sequence: a state at position {} does not end on a whole KV page of {} positions", state.position,
               kKvPageSize);
-  SequenceState shared = new_sequence();
+  SequenceState shared = sequence_in(RecurrentSlot(recurrent_pool_, state.recurrent_slot.id()), 0);
   shared.position = state.position;
   shared.kv_pages.share(
       std::span<const int32_t>(state.kv_pages.ids()).first(static_cast<size_t>(state.position / kKvPageSize)));
-  recurrent_pool_->copy(state.recurrent_slot.id(), shared.recurrent_slot.id());
   return shared;
 }
 

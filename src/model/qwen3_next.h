@@ -93,6 +93,9 @@ class Qwen3NextModel {
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
 
  private:
+  // A sequence at position 0 holding `slot`, with pages for `reserve_tokens`.
+  SequenceState sequence_in(RecurrentSlot slot, int64_t reserve_tokens) const;
+
   void gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
                       const std::vector<Tensor*>& recurrent_states, const BatchRows& layout, const Tensor& x,
                       Tensor& out, GdnAlgorithm algorithm) const;

@@ -43,11 +43,15 @@ void RecurrentStatePool::reserve(int64_t slots) {
   blocks_.push_back(std::move(block));
 }
 
-int32_t RecurrentStatePool::acquire() {
+int32_t RecurrentStatePool::acquire(std::optional<int32_t> copy_of) {
   if (free_.empty()) reserve(capacity() + 1);
   const int32_t slot = *free_.begin();
+  if (copy_of) {
+    copy(*copy_of, slot);  // checks copy_of first: on a bad one the slot stays free
+  } else {
+    zero(slot);
+  }
   free_.erase(free_.begin());
-  zero(slot);
   return slot;
 }
 
@@ -99,9 +103,10 @@ Tensor RecurrentStatePool::recurrent_state(size_t layer, int32_t slot) const {
   return b.recurrent[layer].rows(slot - b.first, slot - b.first + 1).reshape(recurrent_shape_);
 }
 
-RecurrentSlot::RecurrentSlot(std::shared_ptr<RecurrentStatePool> pool) : pool_(std::move(pool)) {
+RecurrentSlot::RecurrentSlot(std::shared_ptr<RecurrentStatePool> pool, std::optional<int32_t> copy_of)
+    : pool_(std::move(pool)) {
   PLUMB_CHECK(pool_ != nullptr, "recurrent slot: no pool");
-  id_ = pool_->acquire();
+  id_ = pool_->acquire(copy_of);
 }
 
 RecurrentSlot::RecurrentSlot(RecurrentSlot&& other) noexcept

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -35,8 +36,9 @@ class RecurrentStatePool {
 
   // Grows to at least `slots` slots with one new block; slots already there keep their memory.
   void reserve(int64_t slots);
-  // The lowest free slot, its state zeroed; grows by one slot when none is free.
-  int32_t acquire();
+  // The lowest free slot, its state zeroed, or a copy of slot `copy_of`'s when one is given (written once, not
+  // zeroed first); grows by one slot when none is free.
+  int32_t acquire(std::optional<int32_t> copy_of = std::nullopt);
   // Returns a slot. Throws plumb::Error for a slot that is not taken.
   void release(int32_t slot);
   // Slot `to`'s state becomes a copy of slot `from`'s, in every GDN layer.
@@ -68,8 +70,8 @@ class RecurrentStatePool {
 class RecurrentSlot {
  public:
   RecurrentSlot() = default;
-  // Takes a free slot of `pool` (zeroed).
-  explicit RecurrentSlot(std::shared_ptr<RecurrentStatePool> pool);
+  // Takes a free slot of `pool`, zeroed or a copy of slot `copy_of`'s.
+  explicit RecurrentSlot(std::shared_ptr<RecurrentStatePool> pool, std::optional<int32_t> copy_of = std::nullopt);
   ~RecurrentSlot() { reset(); }
   RecurrentSlot(RecurrentSlot&& other) noexcept;
   RecurrentSlot& operator=(RecurrentSlot&& other) noexcept;

@@ -125,6 +125,48 @@ TEST(PrefixCache, EvictsTheLeastRecentlyUsedWithinItsBudget) {
   EXPECT_TRUE(paged.contains(prompts[0]));
 }
 
+TEST(PrefixCache, EvictsBoundariesAPromptPassedBeforeItsEndAndWhatWasReused) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  PrefixCache cache(model, {.snapshots = 3, .pages = 100});
+  // Keeps a prompt's boundaries as a sequence passes them, the last as its end.
+  const auto keep_prompt = [&](const std::vector<int32_t>& prompt) {
+    SequenceState state = model.new_sequence();
+    for (size_t end = 64; end <= prompt.size(); end += 64) {
+      model.forward(state, std::vector<int32_t>(prompt.begin() + end - 64, prompt.begin() + end), LogitsRows::kLast);
+      cache.keep(std::span<const int32_t>(prompt).first(end), state,
+                 end == prompt.size() ? KeptAt::kPromptEnd : KeptAt::kWithinPrompt);
+    }
+  };
+  const auto prefix = [](const std::vector<int32_t>& ids, size_t n) { return std::span<const int32_t>(ids).first(n); };
+  const std::vector<int32_t> a = random_ids(model, 192, 21), b = random_ids(model, 128, 22),
+                             c = random_ids(model, 64, 23);
+  keep_prompt(a);  // a64, a128 passing; a192 its end
+  keep_prompt(b);  // b64 evicts a64, b128 (an end) evicts a128
+  EXPECT_TRUE(cache.contains(prefix(a, 192))) << "a prompt's end outlives the boundaries passed after it";
+  EXPECT_TRUE(cache.contains(prefix(b, 128)));
+  EXPECT_TRUE(cache.contains(prefix(b, 64)));
+  EXPECT_FALSE(cache.contains(prefix(a, 64)));
+  EXPECT_FALSE(cache.contains(prefix(a, 128)));
+  keep_prompt(c);  // c64 (an end) evicts b64, the one passing entry, though a192 was used before it
+  EXPECT_FALSE(cache.contains(prefix(b, 64)));
+  EXPECT_TRUE(cache.contains(prefix(a, 192)));
+  EXPECT_TRUE(cache.contains(prefix(c, 64)));
+  // A passing entry a request resumed from is kept as an end is.
+  PrefixCache shared(model, {.snapshots = 2, .pages = 100});
+  SequenceState state = model.new_sequence();
+  model.forward(state, std::vector<int32_t>(a.begin(), a.begin() + 64), LogitsRows::kLast);
+  shared.keep(prefix(a, 64), state, KeptAt::kWithinPrompt);
+  ASSERT_TRUE(shared.resume(prefix(a, 100)).has_value());
+  SequenceState other = model.new_sequence();
+  model.forward(other, std::vector<int32_t>(b.begin(), b.begin() + 64), LogitsRows::kLast);
+  shared.keep(prefix(b, 64), other, KeptAt::kWithinPrompt);
+  model.forward(other, std::vector<int32_t>(b.begin() + 64, b.end()), LogitsRows::kLast);
+  shared.keep(b, other, KeptAt::kWithinPrompt);  // evicts b64, passing and never reused, not a64
+  EXPECT_TRUE(shared.contains(prefix(a, 64)));
+  EXPECT_FALSE(shared.contains(prefix(b, 64)));
+}
+
 TEST(PrefixCache, RefusesAStateThatIsNotAtTheEndOfItsTokens) {
   CpuBackend backend;
   const Qwen3NextModel model = fixture_model(backend);
