@@ -102,11 +102,18 @@ def main():
     if not modes or any(m not in ("cache", "no-cache") for m in modes) or (args.url and len(modes) > 1):
         p.error("--modes: cache and/or no-cache (one mode with --url)")
 
+    server = args.url or "plumb serve " + " ".join(a for a in args.serve_args if a != "--")
+    print(f"{server}: {args.turns} turns a session, a system prompt of {args.system_tokens} ids, "
+          f"{args.new_tokens} new ids a turn, answers of {args.max_tokens} (greedy, ignore_eos, streamed); "
+          f"client on {serving.machine()}", flush=True)
+    f = lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"
     results = []
     for mode in modes:
         run_args = argparse.Namespace(**vars(args))
         if mode == "no-cache":
             run_args.serve_args = [*args.serve_args, "--no-prefix-cache"]
+        if args.server_log:
+            run_args.server_log = f"{args.server_log}.{mode}"
         with serving.Server(run_args) as url:
             # Untimed: the server's first requests (graph capture, allocations) are not a turn's.
             run_sessions(url, argparse.Namespace(**{**vars(args), "turns": 2}), 1, seed=0)
@@ -114,29 +121,28 @@ def main():
                 sessions, seconds = run_sessions(url, args, concurrency, seed=level + 1)
                 results.append({"mode": mode, "concurrency": concurrency,
                                 **level_figures(sessions, seconds, args)})
+        # Each mode's table as soon as it is done, and the JSON so far: a run cut short keeps what it measured.
+        print("\n| cache | sessions | turn | prompt tokens | cached (median) | TTFT p50 ms | TTFT max ms |")
+        print("|---|---|---|---|---|---|---|")
+        for r in results:
+            if r["mode"] != mode:
+                continue
+            for t in r["turns"]:
+                print(f"| {r['mode']} | {r['concurrency']} | {t['turn']} | {t['prompt_tokens']} | "
+                      f"{t['cached_tokens_median']:.0f} | {f(t['ttft_ms_p50'])} | {f(t['ttft_ms_max'])} |", flush=True)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"benchmark": "bench/server/multiturn.py", "server": server, "turns": args.turns,
+                           "system_tokens": args.system_tokens, "new_tokens": args.new_tokens,
+                           "max_tokens": args.max_tokens, "client": serving.machine(),
+                           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           "results": results}, out, indent=2)
 
-    server = args.url or "plumb serve " + " ".join(a for a in args.serve_args if a != "--")
-    print(f"\n{server}: {args.turns} turns a session, a system prompt of {args.system_tokens} ids, "
-          f"{args.new_tokens} new ids a turn, answers of {args.max_tokens} (greedy, ignore_eos, streamed); "
-          f"client on {serving.machine()}\n")
-    print("| cache | sessions | turn | prompt tokens | cached (median) | TTFT p50 ms | TTFT max ms |")
-    print("|---|---|---|---|---|---|---|")
-    f = lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"
-    for r in results:
-        for t in r["turns"]:
-            print(f"| {r['mode']} | {r['concurrency']} | {t['turn']} | {t['prompt_tokens']} | "
-                  f"{t['cached_tokens_median']:.0f} | {f(t['ttft_ms_p50'])} | {f(t['ttft_ms_max'])} |")
     print("\n| cache | sessions | generated tokens/s | last turn's TTFT / first turn's |")
     print("|---|---|---|---|")
     for r in results:
         print(f"| {r['mode']} | {r['concurrency']} | {f(r['tokens_per_s'])} | {r['last_over_first_ttft']:.2f} |")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"benchmark": "bench/server/multiturn.py", "server": server, "turns": args.turns,
-                       "system_tokens": args.system_tokens, "new_tokens": args.new_tokens,
-                       "max_tokens": args.max_tokens, "client": serving.machine(),
-                       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                       "results": results}, out, indent=2)
         print(f"\nwrote {args.json}")
 
 
