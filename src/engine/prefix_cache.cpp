@@ -26,13 +26,16 @@ std::vector<uint64_t> block_hashes(std::span<const int32_t> tokens) {
 PrefixCacheLimits prefix_cache_limits(const Qwen3NextModel& model, double bytes, int64_t stride) {
   PLUMB_CHECK(stride > 0 && stride % PrefixCache::kBlock == 0,
               "prefix cache: a stride of {} tokens (a positive multiple of {} is needed)", stride, PrefixCache::kBlock);
-  const int64_t pages_per_entry = stride / PrefixCache::kBlock + 1;
-  const double entry = static_cast<double>(model.recurrent_pool().slot_bytes()) +
-                       static_cast<double>(pages_per_entry) * static_cast<double>(model.kv_pool().page_bytes());
-  const double entries = std::floor(std::max(0.0, bytes) / std::max(1.0, entry));
+  const double slot = std::max(1.0, static_cast<double>(model.recurrent_pool().slot_bytes()));
+  const double page = std::max(1.0, static_cast<double>(model.kv_pool().page_bytes()));
+  const double pages_per_entry = static_cast<double>(stride / PrefixCache::kBlock + 1);
+  bytes = std::max(0.0, bytes);
+  // Half the bytes for recurrent slots and the rest for pages, but room for one entry and its pages at least.
+  const double entries = std::min(std::max(1.0, std::floor(bytes / 2.0 / slot)),
+                                  std::floor((bytes - pages_per_entry * page) / slot));
   if (entries < 1.0) return {0, 0, stride};
-  const auto snapshots = static_cast<int64_t>(std::min(entries, 1e9));
-  return {snapshots, pages_per_entry * snapshots, stride};
+  const double pages = std::floor((bytes - entries * slot) / page);
+  return {static_cast<int64_t>(std::min(entries, 1e9)), static_cast<int64_t>(std::min(pages, 2e9)), stride};
 }
 
 PrefixCache::PrefixCache(const Qwen3NextModel& model, PrefixCacheLimits limits)

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <utility>
@@ -74,13 +76,44 @@ TEST(PrefixCache, KeepsAPromptOnItsStrideAndAtItsLastBoundary) {
   }
   EXPECT_THROW(PrefixCache(model, {.snapshots = 4, .pages = 8, .stride = 100}), Error);
   EXPECT_THROW(prefix_cache_limits(model, 1e9, 96), Error);
-  // An entry's share of the memory: its recurrent slot and stride / 64 + 1 pages.
-  const double entry = static_cast<double>(model.recurrent_pool().slot_bytes() + 5 * model.kv_pool().page_bytes());
-  const PrefixCacheLimits limits = prefix_cache_limits(model, 10.5 * entry, 256);
-  EXPECT_EQ(limits.snapshots, 10);
-  EXPECT_EQ(limits.pages, 50);
+  // Half the bytes for recurrent slots, the rest for pages; at least one entry and stride / 64 + 1 pages.
+  const auto slot = static_cast<double>(model.recurrent_pool().slot_bytes());
+  const auto page = static_cast<double>(model.kv_pool().page_bytes());
+  const double bytes = 20.5 * slot + 40 * page;
+  const PrefixCacheLimits limits = prefix_cache_limits(model, bytes, 256);
+  EXPECT_EQ(limits.snapshots, static_cast<int64_t>(std::floor(bytes / 2 / slot)));
+  EXPECT_EQ(limits.pages,
+            static_cast<int64_t>(std::floor((bytes - static_cast<double>(limits.snapshots) * slot) / page)));
+  EXPECT_LE(static_cast<double>(limits.snapshots) * slot + static_cast<double>(limits.pages) * page, bytes);
+  EXPECT_GE(static_cast<double>(limits.pages) * page, bytes / 2 - page) << "half for pages";
   EXPECT_EQ(limits.stride, 256);
-  EXPECT_EQ(prefix_cache_limits(model, 0.5 * entry, 256).snapshots, 0);
+  const PrefixCacheLimits one = prefix_cache_limits(model, slot + 5 * page, 256);
+  EXPECT_EQ(one.snapshots, 1) << "one entry, though half the bytes hold no slot";
+  EXPECT_EQ(one.pages, 5);
+  EXPECT_EQ(prefix_cache_limits(model, slot + 4.5 * page, 256).snapshots, 0);
+}
+
+TEST(PrefixCache, KeepsTheEndsOfChatsThatShareNoPagesWithinItsDefaultSplit) {
+  CpuBackend backend;
+  const Qwen3NextModel model = fixture_model(backend);
+  // Room for four chats whose 256-token prompts share nothing: four ends and their 16 pages, and what passing
+  // boundaries fit beside them; the passing ones go first.
+  const auto slot = static_cast<double>(model.recurrent_pool().slot_bytes());
+  const auto page = static_cast<double>(model.kv_pool().page_bytes());
+  const double bytes = std::max(2.0 * 4.0 * slot, 4.0 * slot + 2.0 * 16.0 * page);
+  PrefixCache cache(model, prefix_cache_limits(model, bytes));
+  std::vector<std::vector<int32_t>> chats;
+  for (uint64_t seed : {41, 42, 43, 44}) {
+    chats.push_back(random_ids(model, 256, seed));
+    SequenceState state = model.new_sequence();
+    for (size_t end = 64; end <= 256; end += 64) {
+      model.forward(state, std::vector<int32_t>(chats.back().begin() + end - 64, chats.back().begin() + end),
+                    LogitsRows::kLast);
+      cache.keep(std::span<const int32_t>(chats.back()).first(end), state,
+                 end == 256 ? KeptAt::kPromptEnd : KeptAt::kWithinPrompt);
+    }
+  }
+  for (const std::vector<int32_t>& chat : chats) EXPECT_TRUE(cache.contains(chat)) << "every chat's end is kept";
 }
 
 TEST(PrefixCache, EvictsTheLeastRecentlyUsedWithinItsBudget) {
