@@ -44,7 +44,7 @@ struct PrefixCacheLimits {
 // The limits that fit `bytes` of device memory for `model` at `stride`: half of it for recurrent slots (one an
 // entry), the rest for KV pages, {0, 0, stride} where not even one entry and stride / 64 + 1 pages fit. Half, since
 // what an entry holds depends on the prompts: the entries of one chat share their pages along its turns, but two
-// chats share none, and sixteen chats of 6K tokens on Qwen3.5-35B-A3B hold 1.5 GB of recurrent state at their ends
+// chats share none, and sixteen chats of 6K tokens on Qwen3.5-35B-A3B hold 1.05 GB of recurrent state at their ends
 // against 1.9 GB of pages.
 PrefixCacheLimits prefix_cache_limits(const Qwen3NextModel& model, double bytes, int64_t stride = kKvPageSize);
 
