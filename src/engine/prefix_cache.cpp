@@ -31,8 +31,8 @@ PrefixCacheLimits prefix_cache_limits(const Qwen3NextModel& model, double bytes,
   const double pages_per_entry = static_cast<double>(stride / PrefixCache::kBlock + 1);
   bytes = std::max(0.0, bytes);
   // Half the bytes for recurrent slots and the rest for pages, but room for one entry and its pages at least.
-  const double entries = std::min(std::max(1.0, std::floor(bytes / 2.0 / slot)),
-                                  std::floor((bytes - pages_per_entry * page) / slot));
+  const double entries =
+      std::min(std::max(1.0, std::floor(bytes / 2.0 / slot)), std::floor((bytes - pages_per_entry * page) / slot));
   if (entries < 1.0) return {0, 0, stride};
   const double pages = std::floor((bytes - entries * slot) / page);
   return {static_cast<int64_t>(std::min(entries, 1e9)), static_cast<int64_t>(std::min(pages, 2e9)), stride};
