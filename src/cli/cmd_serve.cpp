@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -35,8 +36,8 @@ struct ServeArgs {
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
   int64_t kv_pages = 0;        // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
   double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
-  double gpu_memory_utilization = 0.90;  // of the GPU memory free after the weights: what serving may reserve
-  double prefix_cache_gib = -1.0;        // below 0: the default (ServeMemoryOptions)
+  double gpu_memory_utilization = 0.90;    // of the GPU memory free after the weights: what serving may reserve
+  std::optional<double> prefix_cache_gib;  // unset: the default (ServeMemoryOptions)
   bool no_prefix_cache = false;
   int64_t prefix_cache_stride = kKvPageSize;
   std::string log_format = "text";
@@ -96,11 +97,13 @@ void run_serve(const ServeArgs& a) {
   scheduler.step_tokens = a.max_batch + 4 * a.prefill_chunk;
   // The scheduler counts the model's own pages, so what it admits is what the pool holds.
   scheduler.kv_page_tokens = kKvPageSize;
-  PLUMB_CHECK(!a.no_prefix_cache || a.prefix_cache_gib < 0.0, "--no-prefix-cache and --prefix-cache-gib {} disagree",
-              a.prefix_cache_gib);
+  PLUMB_CHECK(!a.prefix_cache_gib || (std::isfinite(*a.prefix_cache_gib) && *a.prefix_cache_gib >= 0.0),
+              "--prefix-cache-gib must be a finite number of GiB, 0 or more, got {}", a.prefix_cache_gib.value_or(0.0));
+  PLUMB_CHECK(!a.no_prefix_cache || !a.prefix_cache_gib, "--no-prefix-cache and --prefix-cache-gib {} disagree",
+              a.prefix_cache_gib.value_or(0.0));
   const ServeMemory memory = reserve_serve_memory(
       {a.device, a.max_batch, scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
-       a.no_prefix_cache ? 0.0 : a.prefix_cache_gib, a.prefix_cache_stride},
+       a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
       model, runner, context);
   scheduler.kv_pages = memory.kv_pages;
   if (memory.prefix_cache.snapshots > 0) runner.enable_prefix_cache(memory.prefix_cache);

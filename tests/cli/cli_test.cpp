@@ -425,6 +425,14 @@ TEST_F(Cli, AMemoryUtilizationOutsideZeroToOneIsRefusedBeforeTheLoad) {
   }
 }
 
+TEST_F(Cli, ANegativePrefixCacheSizeIsRefusedNotTakenAsTheDefault) {
+  for (const char* value : {"-1", "-0.5", "nan"}) {
+    const Outcome r =
+        run("serve --model " + test::source_dir() + "/models/default --port 0 --prefix-cache-gib " + value);
+    expect_clean_failure(r, "--prefix-cache-gib must be a finite number of GiB, 0 or more, got ");
+  }
+}
+
 TEST_F(Cli, ABenchDrawNoBackendTakesIsRefusedByItsFlag) {
   expect_clean_failure(run("bench --device cpu --synthetic --model tiny --temperature -1"),
                        "--temperature must be 0 or a finite positive number, got -1");
