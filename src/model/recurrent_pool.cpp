@@ -63,27 +63,29 @@ void RecurrentStatePool::release(int32_t slot) {
 void RecurrentStatePool::copy(int32_t from, int32_t to) {
   PLUMB_CHECK(from >= 0 && from < capacity() && to >= 0 && to < capacity(),
               "recurrent state pool: copy of slot {} to {} of {}", from, to, capacity());
+  std::vector<Tensor> srcs, dsts;
   for (size_t i = 0; i < gdn_layers_.size(); ++i) {
     if (!gdn_layers_[i]) continue;
-    Tensor conv = conv_state(i, to), recurrent = recurrent_state(i, to);
-    backend_.copy(conv_state(i, from), conv);
-    backend_.copy(recurrent_state(i, from), recurrent);
+    srcs.insert(srcs.end(), {conv_state(i, from), recurrent_state(i, from)});
+    dsts.insert(dsts.end(), {conv_state(i, to), recurrent_state(i, to)});
   }
+  backend_.copy_all(srcs, dsts);
 }
 
 // A taken slot starts from zeros whatever an earlier sequence left in it: one copy of a slot's zeros per layer and
-// kind, made once.
+// kind, made once, copied into every layer in one copy_all.
 void RecurrentStatePool::zero(int32_t slot) {
   if (!conv_zeros_.data()) {
     conv_zeros_ = backend_.zeros(DType::kF32, conv_shape_);
     recurrent_zeros_ = backend_.zeros(DType::kF32, recurrent_shape_);
   }
+  std::vector<Tensor> srcs, dsts;
   for (size_t i = 0; i < gdn_layers_.size(); ++i) {
     if (!gdn_layers_[i]) continue;
-    Tensor conv = conv_state(i, slot), recurrent = recurrent_state(i, slot);
-    backend_.copy(conv_zeros_, conv);
-    backend_.copy(recurrent_zeros_, recurrent);
+    srcs.insert(srcs.end(), {conv_zeros_, recurrent_zeros_});
+    dsts.insert(dsts.end(), {conv_state(i, slot), recurrent_state(i, slot)});
   }
+  backend_.copy_all(srcs, dsts);
 }
 
 const RecurrentStatePool::Block& RecurrentStatePool::block_of(int32_t slot) const {

@@ -205,6 +205,13 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;          // the tensor in this backend's memory (F32 on the CPU)
   virtual Tensor download(const Tensor& t) = 0;           // a host copy
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same element count and dtype
+  // Several copies as one: dsts[i] becomes a copy of srcs[i] (same element count and dtype), as copy() makes them
+  // one by one. No dst may overlap another pair's src or dst. A backend may make them at once: the GPU's device
+  // copies go in one launch per 64 pairs (a recurrent state snapshot is 60 copies on Qwen3.5-35B-A3B).
+  virtual void copy_all(const std::vector<Tensor>& srcs, std::vector<Tensor>& dsts) {
+    PLUMB_CHECK(srcs.size() == dsts.size(), "copy_all: {} sources for {} destinations", srcs.size(), dsts.size());
+    for (size_t i = 0; i < srcs.size(); ++i) copy(srcs[i], dsts[i]);
+  }
   // Fills t (F32 or BF16) with lo + (hi - lo)·u, u uniform in [0, 1) from a counter-based hash of (seed, element
   // index): the same values on every backend, whatever the launch shape.
   virtual void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) = 0;

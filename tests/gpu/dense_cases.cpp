@@ -1,4 +1,5 @@
-// Harness cases of the dense family: embedding, the norms, slice_columns, the elementwise ops and random_uniform.
+// Harness cases of the dense family: embedding, the norms, slice_columns, the elementwise ops, random_uniform and
+// copy_all.
 // Every case runs T = 1, 63, 64, 65 and 1000 rows; bounds per docs/kernel-contract.md §Dense.
 #include <cmath>
 
@@ -283,6 +284,37 @@ void random_uniform_case(Context& c) {
   }
 }
 
+// copy_all: more pairs than one launch takes (64), of awkward sizes, one of them many blocks long; each destination a
+// row range of one poisoned tensor with a row left between two, so a copy that stops short or runs over shows up as
+// a row that differs from the CPU's memmove (which copies the pairs one by one). Rows of 128 F32 values move as
+// 16-byte vectors; rows of 77 F32 or BF16 values as bytes.
+void copy_all_case(Context& c) {
+  for (auto [dtype, D] :
+       {std::pair{DType::kF32, int64_t{128}}, {DType::kF32, int64_t{77}}, {DType::kBF16, int64_t{77}}}) {
+    std::vector<int64_t> rows;  // [pairs]
+    for (int64_t i = 0; i < 70; ++i) rows.push_back(1 + (i * 37) % 23);
+    rows[5] = 3001;
+    int64_t total = 0;
+    for (int64_t n : rows) total += n;
+    const Tensor src = to_dtype(normal(c.rng, {total, D}), dtype);
+    auto run = [&](Backend& be) {
+      const Tensor from = be.upload(src);
+      Tensor to = poisoned(be, dtype, {total + static_cast<int64_t>(rows.size()), D});
+      std::vector<Tensor> srcs, dsts;
+      int64_t at = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        srcs.push_back(from.rows(at, at + rows[i]));
+        dsts.push_back(to.rows(at + static_cast<int64_t>(i), at + static_cast<int64_t>(i) + rows[i]));
+        at += rows[i];
+      }
+      be.copy_all(srcs, dsts);
+      return be.download(to);
+    };
+    c.verdict.same_bits("copy_all " + std::string(dtype_name(dtype)) + " D=" + std::to_string(D), run(c.gpu),
+                        run(c.cpu));
+  }
+}
+
 const CaseRegistrar reg_embedding_f32("embedding_f32", [](Context& c) { embedding_case(c, DType::kF32); });
 const CaseRegistrar reg_embedding_bf16("embedding_bf16", [](Context& c) { embedding_case(c, DType::kBF16); });
 const CaseRegistrar reg_rms_zc("rms_norm_zero_centred", [](Context& c) { rms_norm_case(c, NormWeight::kZeroCentred); });
@@ -293,6 +325,7 @@ const CaseRegistrar reg_gated("gated_rms_norm", gated_rms_norm_case);
 const CaseRegistrar reg_slice("slice_columns", slice_columns_case);
 const CaseRegistrar reg_elementwise("elementwise", elementwise_case);
 const CaseRegistrar reg_random("random_uniform", random_uniform_case);
+const CaseRegistrar reg_copy_all("copy_all", copy_all_case);
 
 const ControlRegistrar ctl_embedding(cuda::KernelFault::kEmbeddingRowOffByOne, "embedding_bf16");
 const ControlRegistrar ctl_rms(cuda::KernelFault::kRmsNormSkipsWeight, "rms_norm_zero_centred");
@@ -304,6 +337,7 @@ const ControlRegistrar ctl_tail(cuda::KernelFault::kElementwiseDropsTail, "eleme
 const ControlRegistrar ctl_silu_mul(cuda::KernelFault::kSiluMulActivatesUp, "elementwise");
 const ControlRegistrar ctl_sigmoid_rows(cuda::KernelFault::kMulSigmoidRowsGateSign, "elementwise");
 const ControlRegistrar ctl_random(cuda::KernelFault::kRandomUniformCounterOffByOne, "random_uniform");
+const ControlRegistrar ctl_copy_all(cuda::KernelFault::kCopyRegionsDropsTail, "copy_all");
 
 }  // namespace
 }  // namespace plumb::harness

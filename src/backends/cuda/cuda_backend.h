@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   Tensor upload(const Tensor& host) override;
   Tensor download(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  void copy_all(const std::vector<Tensor>& srcs, std::vector<Tensor>& dsts) override;
   void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override;
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;

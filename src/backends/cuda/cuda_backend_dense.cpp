@@ -1,6 +1,6 @@
-// CudaBackend's small ops: the embedding gather, the norms, column slices, elementwise gates and adds, the random
-// fill (kernels/dense.cu), the MoE router and the token sampler (kernels/sample.cu). Each checks its tensors, builds
-// the kernel's params and launches once on the backend's stream.
+// CudaBackend's small ops: batched device copies, the embedding gather, the norms, column slices, elementwise gates and
+// adds, the random fill (kernels/dense.cu), the MoE router and the token sampler (kernels/sample.cu). Each checks its
+// tensors, builds the kernel's params and launches once on the backend's stream.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -75,6 +75,30 @@ void CudaBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   params.range = hi - lo;
   params.max_blocks = grid_cap(properties());
   enqueue("random_uniform_kernel", [&] { cuda::launch_random_uniform(params, fault(), stream()); });
+}
+
+void CudaBackend::copy_all(const std::vector<Tensor>& srcs, std::vector<Tensor>& dsts) {
+  PLUMB_CHECK(srcs.size() == dsts.size(), "copy_all: {} sources for {} destinations", srcs.size(), dsts.size());
+  cuda::CopyRegionsParams params;
+  const auto flush = [&] {
+    if (params.count == 0) return;
+    enqueue("copy_regions_kernel", [&] { cuda::launch_copy_regions(params, fault(), stream()); });
+    params = cuda::CopyRegionsParams{};
+  };
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    const Tensor& src = srcs[i];
+    Tensor& dst = dsts[i];
+    if (src.device() != Device::kCuda || dst.device() != Device::kCuda) {
+      copy(src, dst);  // to or from the host: a transfer of its own
+      continue;
+    }
+    PLUMB_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy_all: {} {} into {} {}",
+                dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(dst.dtype()), shape_str(dst.shape()));
+    if (src.nbytes() == 0) continue;
+    params.regions[params.count++] = {src.data(), dst.data(), static_cast<int64_t>(src.nbytes())};
+    if (params.count == cuda::kMaxCopyRegions) flush();
+  }
+  flush();
 }
 
 void CudaBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) {

@@ -285,6 +285,35 @@ void launch_slice_columns_as(const SliceColumnsParams& p, cudaStream_t stream) {
     launch_kernel(slice_columns_kernel<1, kFault>, grid, kThreads, 0, stream, p);
 }
 
+// Each block moves kCopyBlockUnits units (16-byte vectors or single bytes) of one region; thread t moves the
+// block's units t, t + kThreads, ....
+constexpr int64_t kCopyBlockUnits = 4 * kThreads;
+
+template <typename Unit, KernelFault kFault>
+__global__ void __launch_bounds__(kThreads) copy_regions_kernel(CopyRegionsParams p) {
+  wait_for_prior_grid();
+  const int64_t block = blockIdx.x;
+  int r = 0;
+  while (block >= p.first_block[r + 1]) ++r;
+  const CopyRegion& region = p.regions[r];
+  const auto* src = static_cast<const Unit*>(region.src);
+  auto* dst = static_cast<Unit*>(region.dst);
+  const int64_t units = region.bytes / static_cast<int64_t>(sizeof(Unit));
+  const int64_t end = kFault == KernelFault::kCopyRegionsDropsTail ? units - 1 : units;
+  const int64_t first = (block - p.first_block[r]) * kCopyBlockUnits;
+#pragma unroll 4
+  for (int64_t i = first + threadIdx.x; i < first + kCopyBlockUnits && i < end; i += kThreads) dst[i] = src[i];
+}
+
+template <KernelFault kFault>
+void launch_copy_regions_as(const CopyRegionsParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.first_block[p.count]));
+  if (p.vec)
+    launch_kernel(copy_regions_kernel<uint4, kFault>, grid, kThreads, 0, stream, p);
+  else
+    launch_kernel(copy_regions_kernel<unsigned char, kFault>, grid, kThreads, 0, stream, p);
+}
+
 enum class Binary { kMulSigmoid, kSiluMul, kAdd };
 
 template <Binary kOp, KernelFault kFault>
@@ -435,6 +464,24 @@ void launch_slice_columns(const SliceColumnsParams& params, KernelFault fault, c
     launch_slice_columns_as<KernelFault::kSliceColumnsOneLate>(params, stream);
   else
     launch_slice_columns_as<KernelFault::kNone>(params, stream);
+}
+
+void launch_copy_regions(CopyRegionsParams& params, KernelFault fault, cudaStream_t stream) {
+  params.vec = true;
+  for (int i = 0; i < params.count; ++i) {
+    const CopyRegion& r = params.regions[i];
+    params.vec = params.vec && aligned16(r.src) && aligned16(r.dst) && r.bytes % 16 == 0;
+  }
+  const int64_t unit = params.vec ? 16 : 1;
+  for (int i = 0; i < params.count; ++i) {
+    const int64_t units = params.regions[i].bytes / unit;
+    params.first_block[i + 1] = params.first_block[i] + (units + kCopyBlockUnits - 1) / kCopyBlockUnits;
+  }
+  if (params.first_block[params.count] == 0) return;
+  if (fault == KernelFault::kCopyRegionsDropsTail)
+    launch_copy_regions_as<KernelFault::kCopyRegionsDropsTail>(params, stream);
+  else
+    launch_copy_regions_as<KernelFault::kNone>(params, stream);
 }
 
 void launch_mul_sigmoid(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {

@@ -61,6 +61,25 @@ struct SliceColumnsParams {
 };
 void launch_slice_columns(const SliceColumnsParams& params, KernelFault fault, cudaStream_t stream);
 
+// Several copies in one launch: region i's dst becomes its src, byte for byte. A slot's state snapshot is a conv and
+// a recurrent tensor in every GDN layer (60 on Qwen3.5-35B-A3B); one launch instead of a copy each keeps the step
+// thread's host time and the GPU's gaps between copies off the step that keeps it.
+inline constexpr int kMaxCopyRegions = 64;
+struct CopyRegion {
+  const void* src = nullptr;
+  void* dst = nullptr;  // must not overlap src or another region's dst
+  int64_t bytes = 0;
+};
+struct CopyRegionsParams {
+  CopyRegion regions[kMaxCopyRegions];
+  // Region i is copied by blocks [first_block[i], first_block[i + 1]), each of a fixed number of bytes.
+  int64_t first_block[kMaxCopyRegions + 1] = {};
+  int count = 0;
+  bool vec = false;  // every pointer 16-byte aligned and every size a multiple of 16: 16-byte moves
+};
+// Fills first_block and vec from regions and count, and launches.
+void launch_copy_regions(CopyRegionsParams& params, KernelFault fault, cudaStream_t stream);
+
 // out = f(a, b) elementwise over count elements; out may be a (or b) itself.
 struct ElementwiseParams {
   float* out = nullptr;      // [count]

@@ -19,6 +19,7 @@
   X(kSiluMulActivatesUp)           /* SiLU(up) ⊙ gate instead of SiLU(gate) ⊙ up */                                \
   X(kMulSigmoidRowsGateSign)       /* scales row r by sigmoid(-gate[r]) */                                             \
   X(kRandomUniformCounterOffByOne) /* hashes element index + 1 */                                                      \
+  X(kCopyRegionsDropsTail)         /* copy_all: each region stops one unit (16 bytes, or a byte) short */              \
   /* sampling */                                                                                                       \
   X(kSampleTiesToHigher) /* ranks equally likely tokens by descending id */                                            \
   X(kSampleTopPOneShort) /* the nucleus stops one token before its weight reaches top_p */                             \
