@@ -18,9 +18,10 @@
 #           the draw on the GPU and, through min_p, on the host), then bench/server/determinism.py: 1000
 #           greedy completions of one prompt under mixed load through plumb serve --device cuda --model models/default
 # multiturn bench/server/multiturn.py: 10-turn chats over a 2K system prompt (200 new tokens and a 200-token answer a
-#           turn) at 1 and 16 sessions, with the prefix cache and with --no-prefix-cache (35B shapes; models/default
-#           with a 1K system prompt and 6 turns, its context being 4K), then load.py with fresh prompts (no hits) at
-#           concurrency 16, with and without the cache
+#           turn, the next turn 1 s after an answer) at 1 and 16 sessions, with the prefix cache (answers re-run
+#           while idle), with prompt states only (--no-prefix-cache-answers) and with --no-prefix-cache (35B shapes;
+#           models/default with a 1K system prompt and 6 turns, its context being 4K, cache and no-cache), then
+#           load.py with fresh prompts (no hits) at concurrency 16, with and without the cache in alternating rounds
 # heldout   plumb (CPU) against transformers on held-out models (tools/heldout_check.py)
 # demo      the default model generating text on the GPU
 # ab        bench/ab/ab.py: a baseline plumb (A: $PLUMB_AB_BASE, default build/ab-base/bin/plumb, unpacked from
@@ -174,20 +175,32 @@ fi
 if want multiturn; then
   echo "== the prefix cache: multi-turn chat TTFT with and without it, and load with no hits"
   ok=pass
-  timeout 420 python3 bench/server/multiturn.py --plumb "$plumb" --concurrency 1,16 --turns 10 --system-tokens 2048 \
-    --new-tokens 200 --max-tokens 200 --json "$out/multiturn_35b.json" \
-    -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 16 2>&1 | tee "$out/multiturn_35b.md"
+  timeout 600 python3 bench/server/multiturn.py --plumb "$plumb" --concurrency 1,16 --turns 10 --system-tokens 2048 \
+    --new-tokens 200 --max-tokens 200 --think-ms 1000 --modes cache,prompt-cache,no-cache \
+    --json "$out/multiturn_35b.json" -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 16 2>&1 |
+    tee "$out/multiturn_35b.md"
   [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
   timeout 240 python3 bench/server/multiturn.py --plumb "$plumb" --concurrency 1,16 --turns 6 --system-tokens 1024 \
-    --new-tokens 200 --max-tokens 200 --json "$out/multiturn_default.json" \
+    --new-tokens 200 --max-tokens 200 --think-ms 1000 --json "$out/multiturn_default.json" \
     -- --device cuda --model models/default --max-batch 16 2>&1 | tee "$out/multiturn_default.md"
   [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
-  for cache in on off; do
-    timeout 150 python3 bench/server/load.py --plumb "$plumb" --concurrency 16 --requests 64 --prompt-tokens 512 \
-      --max-tokens 64 --json "$out/serve_load_cache_$cache.json" -- --device cuda --synthetic qwen3.5-35b-a3b \
-      --max-batch 16 $([ $cache = off ] && echo --no-prefix-cache) 2>&1 | tee "$out/serve_load_cache_$cache.md"
-    [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
+  # Three rounds each way, alternating, so a drift of the machine does not land on one side.
+  for round in 1 2 3; do
+    for cache in $([ $((round % 2)) = 1 ] && echo "on off" || echo "off on"); do
+      timeout 150 python3 bench/server/load.py --plumb "$plumb" --concurrency 16 --requests 64 --prompt-tokens 512 \
+        --max-tokens 64 --json "$out/serve_load_cache_${cache}_$round.json" -- --device cuda \
+        --synthetic qwen3.5-35b-a3b --max-batch 16 $([ $cache = off ] && echo --no-prefix-cache) >/dev/null 2>&1 ||
+        ok=FAIL
+    done
   done
+  python3 - "$out" <<'PY' || ok=FAIL
+import glob, json, statistics, sys
+for cache in ("on", "off"):
+    rs = [json.load(open(f))["results"][0] for f in sorted(glob.glob(f"{sys.argv[1]}/serve_load_cache_{cache}_*.json"))]
+    tps = [r["tokens_per_s"] for r in rs]
+    print(f"load, fresh 512-token prompts, concurrency 16, cache {cache}: tokens/s median {statistics.median(tps):.0f} "
+          f"({min(tps):.0f}-{max(tps):.0f}) over {len(tps)} rounds")
+PY
   record multiturn $ok
 fi
 

@@ -38,7 +38,7 @@ struct ServeArgs {
   double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
   double gpu_memory_utilization = 0.90;    // of the GPU memory free after the weights: what serving may reserve
   std::optional<double> prefix_cache_gib;  // unset: the default (ServeMemoryOptions)
-  bool no_prefix_cache = false;
+  bool no_prefix_cache = false, no_prefix_cache_answers = false;
   int64_t prefix_cache_stride = kKvPageSize;
   std::string log_format = "text";
   double log_interval = 5.0;  // seconds between throughput lines while busy
@@ -107,7 +107,7 @@ void run_serve(const ServeArgs& a) {
       model, runner, context);
   scheduler.kv_pages = memory.kv_pages;
   if (memory.prefix_cache.snapshots > 0) runner.enable_prefix_cache(memory.prefix_cache);
-  Engine engine(runner, scheduler);
+  Engine engine(runner, scheduler, EngineOptions{.prefill_answers = !a.no_prefix_cache_answers});
 
   server::ServerOptions options;
   options.host = a.host;
@@ -175,6 +175,9 @@ void register_serve_commands(CLI::App& app) {
                     "prompt's last 64-token boundary): longer keeps more prompts in the same memory, each resumed "
                     "from further back (default 64)");
   serve->add_flag("--no-prefix-cache", args->no_prefix_cache, "keep no prompt states (--prefix-cache-gib 0)");
+  serve->add_flag("--no-prefix-cache-answers", args->no_prefix_cache_answers,
+                  "keep prompts' states only: finished answers are not run again as prompts while the server is idle "
+                  "(which keeps their states too, so a chat's next turn resumes after the answer)");
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
   serve->add_option("--allowed-origins", args->allowed_origins,
                     "origins a browser app may call from (CORS), comma-separated, e.g. https://app.example");

@@ -52,7 +52,8 @@ void RequestStream::push(EngineEvent event) {
   ready_.notify_all();
 }
 
-Engine::Engine(Runner& runner, SchedulerConfig config) : runner_(runner), scheduler_(config) {
+Engine::Engine(Runner& runner, SchedulerConfig config, EngineOptions options)
+    : runner_(runner), scheduler_(config), options_(options) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -94,6 +95,12 @@ Submission Engine::submit(EngineRequest request) {
 void Engine::end(SequenceId id, EngineEvent last) {
   const auto it = active_.find(id);
   if (it == active_.end()) return;
+  if (it->second->answer_from) {
+    std::erase(answer_ids_, id);
+  } else if (last.finish == StopCause::kStopToken || last.finish == StopCause::kLength ||
+             last.finish == StopCause::kConstraintDone) {
+    queue_answer(*it->second);
+  }
   it->second->stream->push(std::move(last));
   if (it->second->slot >= 0) released_slots_.push_back(it->second->slot);
   active_.erase(it);
@@ -131,18 +138,74 @@ EngineStats Engine::stats() const {
                      scheduler_.pages().capacity(),
                      steps_,
                      prefix_hits_,
-                     prefix_cached_tokens_};
+                     prefix_cached_tokens_,
+                     static_cast<int64_t>(answers_.size() + answer_ids_.size()),
+                     answer_tokens_};
+}
+
+bool Engine::keeps_prefixes() const {
+  // A kept prefix ends at a multiple of kKvPageSize; chunks of a multiple of it then still end where they would from
+  // position 0, so every call the sequence makes computes what it would have (the chunk rule).
+  return runner_.keeps_prefixes() && scheduler_.config().prefill_chunk % kKvPageSize == 0;
+}
+
+void Engine::queue_answer(const Active& a) {
+  if (!options_.prefill_answers || !keeps_prefixes()) return;
+  const auto block = [](size_t n) { return static_cast<int64_t>(n) / kKvPageSize * kKvPageSize; };
+  const int64_t from = block(a.request.prompt.size()), until = block(a.tokens.size());
+  if (until <= from) return;
+  answers_.push_back({std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + until), from});
+  if (static_cast<int64_t>(answers_.size()) > scheduler_.config().max_running) answers_.pop_front();
+}
+
+void Engine::schedule_answers() {
+  const bool clients = scheduler_.waiting() + scheduler_.running() > static_cast<int64_t>(answer_ids_.size());
+  if (clients) {
+    // Newest first to the front, so they keep their order there.
+    for (auto it = answer_ids_.rbegin(); it != answer_ids_.rend(); ++it) {
+      const Active& a = *active_.at(*it);
+      answers_.push_front({a.request.prompt, *a.answer_from});
+    }
+    for (const SequenceId id : std::vector<SequenceId>(answer_ids_)) {
+      scheduler_.cancel(id);
+      end(id, EngineEvent{std::nullopt, StopCause::kCancelled, {}});
+    }
+    return;
+  }
+  while (!answers_.empty() && static_cast<int64_t>(answer_ids_.size()) < scheduler_.config().max_running) {
+    Answer answer = std::move(answers_.front());
+    answers_.pop_front();
+    const SequenceId id = next_id_;
+    const auto size = static_cast<int64_t>(answer.tokens.size());
+    if (scheduler_.submit({id, size, 1}) != Admission::kQueued) continue;
+    ++next_id_;
+    EngineRequest request;
+    request.prompt = std::move(answer.tokens);
+    request.max_tokens = 1;
+    auto active = std::make_shared<Active>(
+        Active{std::move(request), Sampler(SamplingParams{}), std::make_shared<RequestStream>(), {}});
+    active->tokens = active->request.prompt;
+    active->answer_from = answer.from;
+    active_.emplace(id, std::move(active));
+    answer_ids_.push_back(id);
+  }
 }
 
 void Engine::start_admitted(const std::vector<std::pair<SequenceId, int32_t>>& admitted) {
-  // A kept prefix ends at a multiple of kKvPageSize; chunks of a multiple of it then still end where they would from
-  // position 0, so every call the sequence makes computes what it would have (the chunk rule).
-  const bool aligned = scheduler_.config().prefill_chunk % kKvPageSize == 0;
+  const bool aligned = keeps_prefixes();
   for (const auto& [id, slot] : admitted) {
     Active& a = *active_.at(id);
     const int64_t cached = aligned ? runner_.start_from_cache(slot, a.request.prompt) : 0;
-    if (cached > 0) {
-      scheduler_.start_at(id, cached);
+    if (a.answer_from && cached < *a.answer_from) {
+      // Its prompt's end is no longer kept: re-running the answer would run the prompt too. The slot goes back
+      // with the state start_from_cache put there.
+      a.slot = slot;
+      scheduler_.cancel(id);
+      end(id, EngineEvent{std::nullopt, StopCause::kCancelled, {}});
+      continue;
+    }
+    if (cached > 0) scheduler_.start_at(id, cached);
+    if (cached > 0 && !a.answer_from) {
       ++prefix_hits_;
       prefix_cached_tokens_ += cached;
     }
@@ -157,7 +220,7 @@ void Engine::offer_prefixes(const StepPlan& plan, const std::vector<std::shared_
     if (!active_.count(w.id) || position % kKvPageSize != 0) continue;
     // Prompt tokens only: generated ones ran one at a time, through the decode path, whose arithmetic is not a
     // prompt chunk's, so a state kept inside an answer would give a later prompt that contains it other bits than
-    // the same prompt run from 0.
+    // the same prompt run from 0. A finished answer's boundaries come from its re-run as a prompt (schedule_answers).
     const Active& a = *active[i];
     if (position > static_cast<int64_t>(a.request.prompt.size())) continue;
     runner_.offer_prefix(w.slot, a.request.prompt, position);
@@ -170,13 +233,15 @@ void Engine::loop() {
     std::vector<std::shared_ptr<Active>> active;  // [plan.work]
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !scheduler_.idle(); });
+      wake_.wait(lock, [&] { return stopping_ || !scheduler_.idle() || !answers_.empty(); });
       if (stopping_) return;
+      schedule_answers();
       // Ended requests' slots first: a slot admitted below may be one of them, and its new state must not go.
       for (int32_t slot : released_slots_) runner_.release(slot);
       released_slots_.clear();
       start_admitted(scheduler_.admit());
       plan = scheduler_.plan();
+      if (plan.work.empty()) continue;  // every admitted answer re-run was dropped
       for (const ScheduledWork& w : plan.work) {
         active.push_back(active_.at(w.id));
         active.back()->slot = w.slot;
@@ -209,10 +274,12 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     const ScheduledWork& w = plan.work[i];
     const Active& a = *active[i];
     const auto first = a.tokens.begin() + static_cast<std::ptrdiff_t>(w.start);
-    RunnerEntry entry{w.slot, w.start, std::vector<int32_t>(first, first + w.count), w.samples, std::nullopt};
-    if (w.samples && runner_.draws_tokens())
+    // An answer re-run ends with its prompt: nothing to draw.
+    const bool samples = w.samples && !a.answer_from;
+    RunnerEntry entry{w.slot, w.start, std::vector<int32_t>(first, first + w.count), samples, std::nullopt};
+    if (samples && runner_.draws_tokens())
       entry.draw = runner_draw(a.request, static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size()));
-    entry.logits = w.samples && !entry.draw;
+    entry.logits = samples && !entry.draw;
     batch.push_back(std::move(entry));
   }
   RunnerOutput output;
@@ -242,7 +309,7 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     parallel_for(static_cast<int64_t>(plan.work.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const ScheduledWork& w = plan.work[i];
-        if (!w.samples || !active_.count(w.id)) continue;
+        if (!w.samples || !active_.count(w.id) || active[i]->answer_from) continue;
         if (batch[i].draw) {
           const int32_t id = output.drawn[i];
           sampled[i] = id >= 0 && id < vocab ? id : kBadDraw;
@@ -273,7 +340,8 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
       events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, error}});
       continue;
     }
-    if (!w.samples) continue;
+    if (a.answer_from) answer_tokens_ += w.count;
+    if (!w.samples || a.answer_from) continue;
     const int32_t id = sampled[i];
     if (id == kBadDraw) {
       events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError,
@@ -287,6 +355,7 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     }
     const std::vector<int32_t>& stops = a.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+      a.tokens.push_back(id);  // not streamed, but the next turn's prompt holds it after the answer
       events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kStopToken, {}}});
       continue;
     }
@@ -308,6 +377,9 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
   for (const auto& [id, event] : events)
     if (event.finish) scheduler_.finish(id);
   const std::vector<SequenceId> retired = scheduler_.complete(plan);
+  for (const SequenceId id : retired)
+    if (const auto it = active_.find(id); it != active_.end() && it->second->answer_from)
+      end(id, EngineEvent{std::nullopt, StopCause::kLength, {}});
   for (auto& [id, event] : events) {
     Active& a = *active_.at(id);
     event.cached_tokens = std::exchange(a.unreported_cached_tokens, std::nullopt);

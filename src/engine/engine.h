@@ -1,6 +1,17 @@
 // The serving engine: many requests at once over one Runner. A step thread loops schedule -> forward -> sample ->
 // stream events; submit() and cancel() may be called from any thread. Every request gets its own RequestStream of
 // events, ending with exactly one event that carries a finish cause.
+//
+// Answers re-run for the prefix cache. A runner keeps prompt states only (Runner::offer_prefix): an answer's tokens
+// ran one at a time through the decode path, whose arithmetic is not a prompt chunk's, so a state kept inside it would
+// give a later prompt that contains it other bits than the same prompt run from 0. A chat's next turn would then run
+// the whole answer before it again. So a request that finishes (a stop id, its length, or its constraint done) with
+// its answer past its prompt's last 64-token boundary leaves its prompt and answer, cut at their last boundary, to be
+// run again as a prompt, from the prompt's kept end, while the engine has no client's request: the runner then keeps
+// the answer's boundaries as prompt states, and the next turn resumes from the last one. A client's request never
+// waits for one: a re-run still in the batch when one arrives stops after the step it is in (what it reached stays
+// kept) and waits at the front of the queue until the engine is idle again. The most recent max_running answers
+// wait; older ones are dropped.
 #pragma once
 
 #include <chrono>
@@ -88,6 +99,11 @@ struct Submission {
   std::shared_ptr<RequestStream> stream;  // set when queued
 };
 
+struct EngineOptions {
+  // Re-run finished answers while idle so that their states are kept (above); only with a runner that keeps prefixes.
+  bool prefill_answers = true;
+};
+
 struct EngineStats {
   int64_t waiting = 0;
   int32_t running = 0;
@@ -98,12 +114,14 @@ struct EngineStats {
   uint64_t steps = 0;
   int64_t prefix_hits = 0;           // admitted requests that started from a kept prefix
   int64_t prefix_cached_tokens = 0;  // prompt tokens those requests did not run
+  int64_t answers_pending = 0;       // finished answers waiting to be re-run or re-running (included in running)
+  int64_t answer_tokens = 0;         // answer tokens re-run as prompts while idle
 };
 
 class Engine {
  public:
   // Starts the step thread. `runner` must have at least config.max_running slots and outlive the engine.
-  Engine(Runner& runner, SchedulerConfig config);
+  Engine(Runner& runner, SchedulerConfig config, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -128,7 +146,22 @@ class Engine {
     int32_t slot = -1;            // its state slot once scheduled
     // The prompt tokens its state started from once admitted, until its first event reports them.
     std::optional<int64_t> unreported_cached_tokens = std::nullopt;
+    // A finished answer re-run as a prompt (no client's request): the kept boundary it must resume from, at least.
+    std::optional<int64_t> answer_from = std::nullopt;
   };
+  // A finished request's prompt and answer up to their last 64-token boundary, and its prompt's last boundary.
+  struct Answer {
+    std::vector<int32_t> tokens;
+    int64_t from = 0;
+  };
+  // Whether the runner's kept prefixes can serve this engine's sequences: it keeps them, and prompt chunks end on the
+  // 64-token boundaries they are kept at.
+  bool keeps_prefixes() const;
+  // Under mutex_: queues a finished request's answer to be re-run, where it passed a boundary its prompt did not.
+  void queue_answer(const Active& a);
+  // Under mutex_, before admission: submits queued answers when the engine has no client's request, and stops the
+  // running ones (back to the queue's front) when it has.
+  void schedule_answers();
   // Under mutex_, for the sequences just admitted: each one's slot starts from the runner's longest kept prefix of
   // its prompt, where the prompt's chunks allow it.
   void start_admitted(const std::vector<std::pair<SequenceId, int32_t>>& admitted);
@@ -149,6 +182,10 @@ class Engine {
   std::vector<int32_t> released_slots_;  // slots of ended requests, freed in the runner before the next step
   uint64_t steps_ = 0;
   int64_t prefix_hits_ = 0, prefix_cached_tokens_ = 0;
+  EngineOptions options_;
+  std::deque<Answer> answers_;          // waiting to be re-run, oldest first
+  std::vector<SequenceId> answer_ids_;  // re-runs the scheduler holds
+  int64_t answer_tokens_ = 0;
   std::thread thread_;
 };
 

@@ -33,6 +33,7 @@ class ModelRunner final : public Runner {
   int64_t sink_sequences() const { return graphs_.sinks_needed(); }
   RunnerOutput forward(const std::vector<RunnerEntry>& batch) override;
   void release(int32_t slot) override;
+  bool keeps_prefixes() const override { return cache_.has_value(); }
   int64_t start_from_cache(int32_t slot, std::span<const int32_t> prompt) override;
   void offer_prefix(int32_t slot, std::span<const int32_t> prompt, int64_t position) override;
   // The cache's counts; nullopt without one.

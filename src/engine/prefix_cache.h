@@ -5,8 +5,9 @@
 // arithmetic depends on its positions alone) its logits and states are bit-identical to the same request run from
 // position 0.
 //
-// Only prompt tokens are kept (Engine): generated tokens run one at a time through the decode path, whose arithmetic
-// is not a prompt chunk's, so a state kept inside an answer would give a later prompt that contains it other bits.
+// Only prompt tokens are kept: generated tokens run one at a time through the decode path, whose arithmetic is not a
+// prompt chunk's, so a state kept inside an answer would give a later prompt that contains it other bits. The engine
+// re-runs finished answers as prompts while idle, so that their states are kept too (engine.h).
 //
 // Entries are keyed by a hash of their whole prefix and checked token by token. When the limits (recurrent state
 // slots, one per entry; KV pages, each counted once however many entries hold it) would be exceeded, entries go in

@@ -40,7 +40,9 @@ class Runner {
   // The sequence in `slot` is gone: its state memory may be freed.
   virtual void release(int32_t slot) = 0;
 
-  // Prefix caching (a runner without a cache keeps these defaults). A new sequence for `prompt` in `slot`: the
+  // Prefix caching (a runner without a cache keeps these defaults). Whether offer_prefix keeps anything.
+  virtual bool keeps_prefixes() const { return false; }
+  // A new sequence for `prompt` in `slot`: the
   // slot's state becomes the longest kept prefix of the prompt shorter than it, and its length is returned (the
   // sequence's first entry then starts there); 0 when none is kept (the first entry starts at 0 as usual).
   virtual int64_t start_from_cache(int32_t /*slot*/, std::span<const int32_t> /*prompt*/) { return 0; }

@@ -89,6 +89,12 @@ std::string Metrics::render(const EngineStats& engine) const {
          engine.prefix_hits);
   single("plumb_prefix_cache_tokens_total", "counter",
          "Prompt tokens of admitted requests that the prefix cache served (not run).", engine.prefix_cached_tokens);
+  single("plumb_prefix_cache_answers_pending", "gauge",
+         "Finished answers waiting to be run again as prompts while idle, or running (counted in the batch).",
+         engine.answers_pending);
+  single("plumb_prefix_cache_answer_tokens_total", "counter",
+         "Answer tokens run again as prompts while idle, so that the prefix cache keeps their states.",
+         engine.answer_tokens);
   return out;
 }
 

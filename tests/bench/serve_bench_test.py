@@ -6,8 +6,9 @@
              table and the JSON, with positive rates and latencies
   tokenless  a --synthetic server has no tokenizer: chat and text prompts get a 400 saying so, token ids an answer
              whose text is one " ID" per token
-  multiturn  multiturn.py against `plumb serve --synthetic tiny`, with the prefix cache and without: every turn after
-             the first reports the last 64-token boundary of the turn before's prompt as cached, and none without it
+  multiturn  multiturn.py against `plumb serve --synthetic tiny` in its three modes: every turn after the first
+             reports as cached the last 64-token boundary of the turn before's answer (re-run while the server was
+             idle), or of its prompt with --no-prefix-cache-answers, and none with --no-prefix-cache
   planted    determinism.py against a stand-in server whose greedy answers drift (every third request): exit 1, more
              than one distinct text; the same stand-in answering steadily: exit 0
 """
@@ -61,22 +62,31 @@ def load(plumb, work):
 
 def multiturn(plumb, work):
     out = os.path.join(work, "multiturn.json")
-    # Prompts of 170, 218 and 266 tokens (130 + 40, then the answer of 8 and 40 more a turn): the second turn resumes
-    # at 128, the last boundary of the first's prompt, the third at 192.
+    # Prompts of 170, 280 and 390 tokens (130 + 40, then the answer of 70 and 40 more a turn). With prompt states
+    # alone a turn resumes at the last boundary of the turn before's prompt: 128, then 256. With the answers re-run in
+    # the 300 ms between turns, at the last boundary of the turn before's answer: 192 (170 + 70 = 240), then 320; at
+    # two sessions one session's re-run may yield to the other's next turn, so a turn resumes between the two.
     proc = script("multiturn.py", "--plumb", plumb, "--concurrency", "1,2", "--turns", "3", "--system-tokens", "130",
-                  "--new-tokens", "40", "--max-tokens", "8", "--json", out, "--", "--synthetic", "tiny")
+                  "--new-tokens", "40", "--max-tokens", "70", "--think-ms", "300", "--modes",
+                  "cache,prompt-cache,no-cache", "--json", out, "--", "--synthetic", "tiny")
     check(proc.returncode == 0, f"multiturn.py exits 0 (got {proc.returncode})")
     if not os.path.exists(out):
         return check(False, "multiturn.py wrote its JSON")
     results = json.load(open(out))["results"]
     check([(r["mode"], r["concurrency"]) for r in results] ==
-          [("cache", 1), ("cache", 2), ("no-cache", 1), ("no-cache", 2)], "the JSON has both modes at both levels")
+          [(m, c) for m in ("cache", "prompt-cache", "no-cache") for c in (1, 2)], "the JSON has each mode at both levels")
+    prompt_ends, answer_ends = [0, 128, 256], [0, 192, 320]
     for r in results:
         prompts = [t["prompt_tokens"] for t in r["turns"]]
         cached = [t["cached_tokens_median"] for t in r["turns"]]
-        want = [0, 128, 192] if r["mode"] == "cache" else [0, 0, 0]
-        check(prompts == [170, 218, 266], f"{r['mode']} x{r['concurrency']}: prompt lengths {prompts}")
-        check(cached == want, f"{r['mode']} x{r['concurrency']}: cached tokens {cached}, want {want}")
+        check(prompts == [170, 280, 390], f"{r['mode']} x{r['concurrency']}: prompt lengths {prompts}")
+        what = f"{r['mode']} x{r['concurrency']}: cached tokens {cached}"
+        if r["mode"] == "cache" and r["concurrency"] == 2:
+            check(all(lo <= c <= hi for lo, c, hi in zip(prompt_ends, cached, answer_ends)),
+                  f"{what}, want each between {prompt_ends} and {answer_ends}")
+        else:
+            want = {"cache": answer_ends, "prompt-cache": prompt_ends, "no-cache": [0, 0, 0]}[r["mode"]]
+            check(cached == want, f"{what}, want {want}")
         check(all(math.isfinite(t["ttft_ms_p50"]) and t["ttft_ms_p50"] > 0 for t in r["turns"]), "TTFTs > 0")
 
 

@@ -2,8 +2,8 @@
 // length 1..300 that starts with a kept prefix resumes from its longest kept 64-token boundary and gives the logits
 // and every layer's state of the one-call run, bit for bit (tests/support/prefix_check.h); a prompt is kept on the
 // stride and at its last boundary; the least recently used entries go first within the budget; and through the engine,
-// a chat's next turn starts from the last boundary of the turn before's prompt and streams the tokens and logprobs it
-// streams with no cache.
+// a chat's next turn starts from the last boundary of the turn before's prompt, or of its answer once the engine has
+// re-run it (Engine), and streams the tokens and logprobs it streams with no cache.
 #include "engine/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -216,15 +216,18 @@ struct Turns {
   test::StreamOutcome first, second;
 };
 
-Turns chat_turns(const Qwen3NextModel& model, bool cache, const SamplingParams& sampling) {
+// With `rerun_answers` the second turn comes once the engine is idle, its first answer re-run; without, at once.
+Turns chat_turns(const Qwen3NextModel& model, bool cache, const SamplingParams& sampling, bool rerun_answers = false) {
   ModelRunner runner(model, 2);
   if (cache) runner.enable_prefix_cache({.snapshots = 16, .pages = 32});
-  Engine engine(runner, SchedulerConfig{.max_running = 2,
-                                        .max_waiting = 4,
-                                        .step_tokens = 2 + 64,
-                                        .prefill_chunk = 64,
-                                        .kv_pages = 64,
-                                        .kv_page_tokens = kKvPageSize});
+  Engine engine(runner,
+                SchedulerConfig{.max_running = 2,
+                                .max_waiting = 4,
+                                .step_tokens = 2 + 64,
+                                .prefill_chunk = 64,
+                                .kv_pages = 64,
+                                .kv_page_tokens = kKvPageSize},
+                EngineOptions{.prefill_answers = rerun_answers});
   EngineRequest first;
   first.prompt = random_ids(model, 150, 5);
   first.max_tokens = 60;
@@ -232,6 +235,9 @@ Turns chat_turns(const Qwen3NextModel& model, bool cache, const SamplingParams& 
   first.top_logprobs = 2;
   Turns out;
   out.first = test::drain(*engine.submit(first).stream);
+  if (rerun_answers) {
+    EXPECT_TRUE(test::wait_until_idle(engine));
+  }
   EngineRequest second = first;
   second.prompt.insert(second.prompt.end(), out.first.tokens.begin(), out.first.tokens.end());
   const std::vector<int32_t> message = random_ids(model, 30, 6);
@@ -264,16 +270,21 @@ TEST(EnginePrefixCache, AChatsNextTurnStartsAtItsLastBoundaryAndStreamsTheSame) 
   for (const SamplingParams& sampling : {SamplingParams{}, sampled}) {
     const std::string what = sampling.temperature == 0.0f ? "greedy" : "sampled";
     const Turns cached = chat_turns(model, true, sampling);
+    const Turns rerun = chat_turns(model, true, sampling, /*rerun_answers=*/true);
     const Turns plain = chat_turns(model, false, sampling);
     ASSERT_EQ(plain.first.tokens.size(), 60u) << what;
     // The first turn's prompt of 150 tokens passed 64 and 128. Its answer's tokens passed 192, but ran one at a
     // time through the decode path: a state kept there would give the second turn other bits than its prompt run
-    // from 0, so none is kept.
+    // from 0, so none is kept from the decode path. Re-run as a prompt while the engine was idle, the answer's
+    // boundary at 192 is kept as a prompt's, and the second turn resumes there.
     EXPECT_EQ(cached.first.cached_tokens, 0) << what;
     EXPECT_EQ(cached.second.cached_tokens, 128) << what;
+    EXPECT_EQ(rerun.second.cached_tokens, 192) << what;
     EXPECT_EQ(plain.second.cached_tokens, 0) << what;
     expect_same_stream(cached.first, plain.first, what + ", first turn");
     expect_same_stream(cached.second, plain.second, what + ", second turn");
+    expect_same_stream(rerun.first, plain.first, what + ", first turn, answers re-run");
+    expect_same_stream(rerun.second, plain.second, what + ", second turn from the re-run answer");
   }
 }
 

@@ -1,12 +1,17 @@
 // A Runner for tests: logits are a pure function of a sequence's whole token history, so any mix-up of slots,
 // positions or chunks shows up in the tokens drawn. It records every call to check what the engine asked for. Made
-// with `draws`, it draws tokens itself as a GPU runner does, with the CPU reference's Backend::sample_tokens.
+// with `draws`, it draws tokens itself as a GPU runner does, with the CPU reference's Backend::sample_tokens. Made with
+// `keeps`, it keeps every prefix offered to it, and a new sequence starts from the longest kept one of its prompt.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -20,14 +25,15 @@ namespace plumb::test {
 class FakeRunner final : public Runner {
  public:
   // `step_time`: how long each forward call takes, so a test can catch requests while they run.
-  FakeRunner(int64_t vocab, int64_t context, std::chrono::microseconds step_time = {}, bool draws = false)
-      : vocab_(vocab), context_(context), step_time_(step_time), draws_(draws) {}
+  FakeRunner(int64_t vocab, int64_t context, std::chrono::microseconds step_time = {}, bool draws = false,
+             bool keeps = false)
+      : vocab_(vocab), context_(context), step_time_us_(step_time.count()), draws_(draws), keeps_(keeps) {}
   int64_t vocab_size() const override { return vocab_; }
   int64_t max_context() const override { return context_; }
   bool draws_tokens() const override { return draws_; }
 
   RunnerOutput forward(const std::vector<RunnerEntry>& batch) override {
-    std::this_thread::sleep_for(step_time_);
+    std::this_thread::sleep_for(std::chrono::microseconds(step_time_us_.load()));
     std::lock_guard lock(mutex_);
     RunnerOutput out;
     for (const RunnerEntry& e : batch) {
@@ -50,6 +56,33 @@ class FakeRunner final : public Runner {
     std::lock_guard lock(mutex_);
     slots_.erase(slot);
   }
+  bool keeps_prefixes() const override { return keeps_; }
+  int64_t start_from_cache(int32_t slot, std::span<const int32_t> prompt) override {
+    std::lock_guard lock(mutex_);
+    slots_.erase(slot);
+    for (size_t n = prompt.size() - 1; n > 0; --n)
+      if (kept_.count(std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n)))) {
+        slots_[slot].assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n));
+        return static_cast<int64_t>(n);
+      }
+    return 0;
+  }
+  void offer_prefix(int32_t slot, std::span<const int32_t> prompt, int64_t position) override {
+    std::lock_guard lock(mutex_);
+    if (!keeps_) return;
+    const std::vector<int32_t>& history = slots_.at(slot);
+    PLUMB_CHECK(
+        static_cast<int64_t>(history.size()) == position && std::equal(history.begin(), history.end(), prompt.begin()),
+        "fake runner: slot {} offered as {} tokens of its prompt, but it holds others", slot, position);
+    kept_.insert(history);
+  }
+  std::set<std::vector<int32_t>> kept() {
+    std::lock_guard lock(mutex_);
+    return kept_;
+  }
+
+  // How long each later forward call takes.
+  void set_step_time(std::chrono::microseconds step_time) { step_time_us_ = step_time.count(); }
 
   std::vector<RunnerEntry> calls() {
     std::lock_guard lock(mutex_);
@@ -67,8 +100,10 @@ class FakeRunner final : public Runner {
 
   int64_t vocab_;
   int64_t context_;
-  std::chrono::microseconds step_time_;
+  std::atomic<int64_t> step_time_us_;
   bool draws_;
+  bool keeps_;
+  std::set<std::vector<int32_t>> kept_;
   CpuBackend backend_;
   std::mutex mutex_;
   std::map<int32_t, std::vector<int32_t>> slots_;

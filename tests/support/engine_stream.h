@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -37,6 +38,18 @@ inline StreamOutcome drain(RequestStream& stream, std::chrono::seconds timeout =
     }
   }
   return out;
+}
+
+// Waits until the engine holds no request and no finished answer waiting to be re-run or re-running (Engine); false
+// if `timeout` passed first.
+inline bool wait_until_idle(Engine& engine, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const EngineStats s = engine.stats();
+    if (s.answers_pending == 0 && s.running == 0 && s.waiting == 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace plumb::test
