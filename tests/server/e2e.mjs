@@ -6,8 +6,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
-import { Ajv2020, binary, launchBrowser, makeTestModel, metric, OpenAI, run, startServer as startAnyServer, stopServer,
-  until } from "./support.mjs";
+import { Ajv2020, binary, launchBrowser, makeTestModel, metric, OpenAI, root, run, startServer as startAnyServer,
+  stopServer, until } from "./support.mjs";
 
 const model = await makeTestModel("model");
 
@@ -490,6 +490,35 @@ describe("browser safety", { timeout: 120_000 }, () => {
 
 // Structured output: the random-weight model writes whatever the grammar lets it, so every answer must parse and
 // validate. The schemas bound every string and array, so a walk ends well within max_tokens.
+describe("the prefix cache on models/default", { timeout: 180_000 }, () => {
+  // The demo model's answer, re-rendered by its chat template in the next turn, tokenizes back to the ids it drew, so
+  // the next turn's prompt starts with the first turn's prompt, answer and end-of-turn id.
+  test("a chat's next turn resumes after the answer before it (re-run while idle), or after its prompt without", async () => {
+    for (const [flags, reruns] of [[[], true], [["--no-prefix-cache-answers"], false]]) {
+      const server = await startServer(flags, { modelArgs: ["--model", root + "/models/default"] });
+      const client = new OpenAI({ baseURL: server.url + "/v1", apiKey: "unused", maxRetries: 0, timeout: 60_000 });
+      const messages = [{ role: "system", content: "You are a helpful assistant. ".repeat(20) },
+        { role: "user", content: "Tell me a long story about a cat." }];
+      const first = await client.chat.completions.create({ model: "default", messages, temperature: 0,
+        max_tokens: 150 });
+      await until("the answer's re-run", async () =>
+        (await metric(server.url, "plumb_prefix_cache_answers_pending")) === 0);
+      messages.push({ role: "assistant", content: first.choices[0].message.content },
+        { role: "user", content: "And then?" });
+      const second = await client.chat.completions.create({ model: "default", messages, temperature: 0,
+        max_tokens: 4 });
+      const prompt = first.usage.prompt_tokens;
+      const answered = prompt + first.usage.completion_tokens + (first.choices[0].finish_reason === "stop" ? 1 : 0);
+      const block = (n) => Math.floor(n / 64) * 64;
+      assert.ok(block(answered) > block(prompt), `the answer (${prompt} to ${answered}) passes a boundary`);
+      assert.equal(second.usage.prompt_tokens_details.cached_tokens, reruns ? block(answered) : block(prompt),
+        `flags [${flags}]`);
+      assert.equal(await metric(server.url, "plumb_prefix_cache_answer_tokens_total") > 0, reruns);
+      assert.equal(await stopServer(server), 0);
+    }
+  });
+});
+
 describe("structured output", { timeout: 240_000 }, () => {
   let server, client;
   const ajv = new Ajv2020({ strict: false, allErrors: true });
