@@ -13,6 +13,10 @@ cmake --build build/device --target $programs -j"$(nproc)"
 stage=$(mktemp -d)
 mkdir "$stage/bin"
 for program in $programs; do strip -o "$stage/bin/$program" "build/device/bin/$program"; done
+# The kernel tracer (bench/trace) and the CUPTI it links, for gpu_check.sh timeline.
+cmake --build build/device --target plumb_kernel_trace -j"$(nproc)"
+strip -o "$stage/bin/libplumb_kernel_trace.so" build/device/bin/libplumb_kernel_trace.so
+ldd build/device/bin/libplumb_kernel_trace.so | awk '/libcupti/ { print $3 }' | xargs -r -I{} cp -L {} "$stage/bin/"
 ldd build/device/bin/plumb | awk '/libpcre2|libutf8proc/ { print $3 }' | xargs -r -I{} cp -L {} "$stage/bin/"
 tar -C "$stage" -cJf build/device/bin.tar.xz bin
 rm -rf "$stage"

@@ -2,7 +2,7 @@
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
 #   bash scripts/gpu_check.sh [linear] [sampler] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab]
-#     [profile]
+#     [profile] [timeline]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
 #           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
@@ -31,6 +31,9 @@
 # profile   ncu's time for every kernel of one replayed decode step (35B shapes, batch 1 and 16), summed by kernel
 #           (tools/ncu_summary.py). ncu runs the kernels one at a time with cold caches, so the times here leave
 #           out what a replayed graph overlaps (programmatic launches, the second stream of Backend::concurrently).
+# timeline  a CUPTI kernel trace of replayed decode steps (35B shapes, batch 1 and 16; bench/trace/kernel_trace.cpp
+#           preloaded), summed per replay by bench/trace/timeline.py: each kernel's time running and the idle time
+#           before it, which ncu cannot see
 # Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,7 +47,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear sampler harness e2e sanitize bench serve multiturn heldout demo profile"
+default_steps="linear sampler harness e2e sanitize bench serve multiturn heldout demo profile timeline"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -250,6 +253,19 @@ if want profile; then
     python3 tools/ncu_summary.py "$out/ncu_step_b$batch.csv" | tee "$out/ncu_step_b$batch.txt" || ok=FAIL
   done
   record profile $ok
+fi
+
+if want timeline; then
+  echo "== kernel timeline of replayed decode steps, 35B shapes, batch 1 and 16"
+  ok=pass
+  # Through env, so that only plumb is traced, not timeout.
+  timeout 300 env PLUMB_KERNEL_TRACE="$out/trace.csv" LD_PRELOAD="$root/$bin/libplumb_kernel_trace.so" "$plumb" bench \
+    --device cuda --synthetic --model qwen3.5-35b-a3b --batches 1,16 --steps 20 --warmup 2 --skip-kernels \
+    --prefill 64 >"$out/timeline_bench.log" 2>&1 || ok=FAIL
+  grep -E "kernel_trace|decode" "$out/timeline_bench.log" | head -n 8
+  python3 bench/trace/timeline.py "$out/trace.csv" --sequence 60 --json "$out/timeline.json" | tee "$out/timeline.txt" || ok=FAIL
+  gzip -f "$out/trace.csv"
+  record timeline $ok
 fi
 
 if want ab; then
