@@ -6,8 +6,9 @@
 The kernels of one graph launch share a correlation id; launches with the same kernels are one graph's replays. For every graph
 replayed at least three times, the replay of median length is shown: its wall time (first start to last end), the
 time some kernel ran (the union of their intervals) and the idle rest, then its kernels summed by name and grid size:
-launches, time running, and the idle time just before them (from the end of everything earlier to their start), which
-is what a launch costs beyond its own run. --sequence N lists the first N kernels of that replay in order. Times are CUPTI's, so every kernel carries a little instrumentation.
+launches, what they add to the replay (from the end of everything earlier to their own end: the replay's wall time is
+the sum of this column), time running (from start to end, which with programmatic launches can begin before the
+kernel before has ended) and the idle time just before them (from the end of everything earlier to their start). --sequence N lists the first N kernels of that replay in order. Times are CUPTI's, so every kernel carries a little instrumentation.
 """
 import argparse
 import collections
@@ -39,10 +40,13 @@ def replay_summary(kernels):
     for k in kernels:
         idle = max(0, k["start"] - last_end)
         busy += max(0, k["end"] - max(k["start"], last_end))
+        adds = max(0, k["end"] - last_end)
         last_end = max(last_end, k["end"])
         key = f'{short_name(k["name"])} [{k["grid"]}x{k["block"]}]'
-        entry = by_key.setdefault(key, {"kernel": key, "launches": 0, "run_us": 0.0, "idle_before_us": 0.0})
+        entry = by_key.setdefault(key, {"kernel": key, "launches": 0, "run_us": 0.0, "idle_before_us": 0.0,
+                                        "adds_us": 0.0})
         entry["launches"] += 1
+        entry["adds_us"] += adds / 1e3
         entry["run_us"] += (k["end"] - k["start"]) / 1e3
         entry["idle_before_us"] += idle / 1e3
     wall = (last_end - first) / 1e3
@@ -51,7 +55,7 @@ def replay_summary(kernels):
                  "after_previous_us": (k["start"] - p["end"]) / 1e3 if p else 0.0}
                 for p, k in zip([None] + kernels[:-1], kernels)]
     return {"kernels": len(kernels), "sequence": sequence, "wall_us": wall, "busy_us": busy / 1e3, "idle_us": wall - busy / 1e3,
-            "by_kernel": sorted(by_key.values(), key=lambda e: -(e["run_us"] + e["idle_before_us"]))}
+            "by_kernel": sorted(by_key.values(), key=lambda e: -e["adds_us"])}
 
 
 def main():
@@ -90,13 +94,15 @@ def main():
         print(f"graph {graph}: {median['replays']} replays, {median['kernels']} kernels; median replay "
               f"{median['wall_us']:.1f} us (min {walls[0]:.1f}, max {walls[-1]:.1f}): kernels running "
               f"{median['busy_us']:.1f} us, none running {median['idle_us']:.1f} us")
-        print(f"  {'kernel [grid x block]':78} {'launches':>8} {'run us':>9} {'idle before':>11}")
+        print(f"  {'kernel [grid x block]':70} {'launches':>8} {'adds us':>9} {'run us':>9} {'idle before':>11}")
         for e in median["by_kernel"][:args.top]:
-            print(f"  {e['kernel'][:78]:78} {e['launches']:8d} {e['run_us']:9.1f} {e['idle_before_us']:11.1f}")
+            print(f"  {e['kernel'][:70]:70} {e['launches']:8d} {e['adds_us']:9.1f} {e['run_us']:9.1f} "
+                  f"{e['idle_before_us']:11.1f}")
         rest = median["by_kernel"][args.top:]
         if rest:
-            print(f"  {f'{len(rest)} more':78} {sum(e['launches'] for e in rest):8d} "
-                  f"{sum(e['run_us'] for e in rest):9.1f} {sum(e['idle_before_us'] for e in rest):11.1f}")
+            print(f"  {f'{len(rest)} more':70} {sum(e['launches'] for e in rest):8d} "
+                  f"{sum(e['adds_us'] for e in rest):9.1f} {sum(e['run_us'] for e in rest):9.1f} "
+                  f"{sum(e['idle_before_us'] for e in rest):11.1f}")
         if args.sequence:
             print(f"  first {args.sequence} kernels in order (start, run, start after the previous one's end: "
                   "negative where they overlap):")
