@@ -134,6 +134,8 @@ def plumb_bench_figures(doc):
     figures = {"copy bandwidth": (doc["copy"]["bandwidth_bytes_per_s"] / 1e9, "higher", "GB/s")}
     for d in doc["decode"]:
         figures[f"decode step B={d['batch']}"] = (d["step_s_median"] * 1e3, "lower", "ms")
+        if "queued_step_s_median" in d:
+            figures[f"decode queued B={d['batch']}"] = (d["queued_step_s_median"] * 1e3, "lower", "ms")
     for p in doc["prefill"]:
         figures[f"prefill T={p['tokens']}"] = (p["median_s"] * 1e3, "lower", "ms")
     for name, entry in doc.get("kernels", {}).items():

@@ -69,7 +69,8 @@ def case_same(work, plumb):
     code, r = ab(work, "same_bench", "bench", "--a", plumb, "--b", copy, "--rounds", "9", "--require-within", *BENCH)
     if r:
         names = set(verdicts(r))
-        check(names == {"copy bandwidth", "decode step B=1", "prefill T=32"}, f"plumb bench's figures found: {names}")
+        check(names == {"copy bandwidth", "decode step B=1", "decode queued B=1", "prefill T=32"},
+              f"plumb bench's figures found: {names}")
         check(all(v == "within resolution" for v in verdicts(r).values()) and code == 0,
               f"same binary: every figure within resolution (exit {code})")
         check(r["same_binary"] and all(len(f["a"]) == 9 == len(f["b"]) for f in r["figures"]), "9 rounds a side")
@@ -84,7 +85,7 @@ def case_planted(work, plumb):
     code, r = ab(work, "slow", "bench", "--a", steady, "--b", slow, "--rounds", "3", "--require-within", *BENCH)
     if r:
         v = verdicts(r)
-        check(len(v) == 3 and all(x == "loss" for x in v.values()), f"slower figures are a loss: {v}")
+        check(len(v) == 4 and all(x == "loss" for x in v.values()), f"slower figures are a loss: {v}")
         check(code == 1, f"--require-within fails on a loss (exit {code})")
         diff = [f["difference_percent"] for f in r["figures"] if f["figure"] == "decode step B=1"]
         check(diff and 9 < diff[0] < 11, f"the difference is the planted +10 %: {diff}")

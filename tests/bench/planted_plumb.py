@@ -41,6 +41,7 @@ def bench(mode, real, args):
     doc["copy"]["bandwidth_bytes_per_s"] = 10e9 / factor
     for i, d in enumerate(doc["decode"]):
         d["step_s_median"] = 0.005 * (i + 1) * factor
+        d["queued_step_s_median"] = 0.004 * (i + 1) * factor
     for i, p in enumerate(doc["prefill"]):
         p["median_s"] = 0.03 * (i + 1) * factor
     for entry in doc.get("kernels", {}).values():
