@@ -398,8 +398,11 @@ int32_t choose_linear_k_split(const LinearParams& p, int sm_count) {
   // 16 rows a product runs fastest with about four of them a multiprocessor, K split to make up the rest (8192 x
   // 2048: whole; 4096 x 2048: 2; 2048 x 4096: 4; 512 x 2048: 16); more, shorter blocks lose more to their start-up
   // and their partial sums than they gain in loads in flight.
+  // A grouped product runs the register-ring kernel, whose warps keep fewer loads in flight than the shared-memory
+  // ring's: it wants twice as many of them.
   const int64_t warps = static_cast<int64_t>((p.n + 15) / 16) * row_tiles(p);
-  const int64_t split = 4 * static_cast<int64_t>(sm_count) / std::max<int64_t>(warps, 1);
+  const int64_t per_sm = p.tiles != nullptr ? 8 : 4;
+  const int64_t split = per_sm * static_cast<int64_t>(sm_count) / std::max<int64_t>(warps, 1);
   if (split <= 1) return 1;
   // The partial sums travel through L2 and back: worth it only while small beside the weights they replace.
   const int64_t matrices = p.tiles != nullptr ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
