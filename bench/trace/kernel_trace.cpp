@@ -51,7 +51,8 @@ constexpr size_t kBufferBytes = 8 << 20;
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-  *size = kBufferBytes;
+  // Out of host memory: CUPTI takes an empty buffer as "drop these records", which the completion reports.
+  *size = *buffer != nullptr ? kBufferBytes : 0;
   *max_records = 0;
 }
 

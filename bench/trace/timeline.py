@@ -16,6 +16,7 @@ import csv
 import json
 import re
 import statistics
+import sys
 
 
 def short_name(name):
@@ -58,6 +59,34 @@ def replay_summary(kernels):
             "by_kernel": sorted(by_key.values(), key=lambda e: -e["adds_us"])}
 
 
+class TraceError(Exception):
+    pass
+
+
+FIELDS = ("start_ns", "end_ns", "correlation", "graph", "grid", "block", "name")
+
+
+def read_trace(path):
+    """The trace's kernels by correlation id; a missing column or a value that is not a whole number is refused with
+    the file, line and field named."""
+    launches = collections.defaultdict(list)
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in FIELDS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(f"{path}: not a kernel trace (no column {', '.join(missing)})")
+        for row in reader:
+            def number(field):
+                try:
+                    return int(row[field])
+                except (TypeError, ValueError):
+                    raise TraceError(f"{path}:{reader.line_num}: {field} is {row[field]!r}, not a whole number")
+            launches[number("correlation")].append(
+                {"start": number("start_ns"), "end": number("end_ns"), "grid": number("grid"),
+                 "block": number("block"), "name": row["name"] or "", "graph": number("graph")})
+    return launches
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace")
@@ -65,12 +94,11 @@ def main():
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sequence", type=int, default=0, help="also list the median replay's first N kernels")
     args = parser.parse_args()
-    launches = collections.defaultdict(list)
-    with open(args.trace) as f:
-        for row in csv.DictReader(f):
-            launches[int(row["correlation"])].append(
-                {"start": int(row["start_ns"]), "end": int(row["end_ns"]), "grid": int(row["grid"]),
-                 "block": int(row["block"]), "name": row["name"], "graph": int(row["graph"])})
+    try:
+        launches = read_trace(args.trace)
+    except (OSError, TraceError) as e:
+        print(f"timeline: {e}", file=sys.stderr)
+        return 1
     # A graph: the launches of several kernels under one correlation id, told apart by their kernels' sequence (CUPTI
     # leaves the graph id 0 on some drivers).
     replays = collections.defaultdict(dict)

@@ -4,7 +4,7 @@
 Two graphs (3 and 2 kernels) replayed 3 and 4 times, plus eager kernels each under its own correlation id: the graphs
 must be told apart by their kernels, the median replay picked, overlapping kernels counted once in the busy time, and
 each kernel's "adds" (its end past everything before it) must sum to the replay's wall time. A trace with no graph
-replayed three times must fail.
+replayed three times must fail, and bad input gets a message naming the file, line and field.
 """
 import csv
 import json
@@ -81,6 +81,19 @@ def main():
     write_trace(path, rows[:6])
     proc, doc = run(path)
     check(proc.returncode != 0, f"no graph replayed three times is a failure (exit {proc.returncode})")
+    # Bad input: a clear message naming the file (and line and field), never a traceback.
+    with open(path, "w") as f:
+        f.write("start_ns,end_ns\n1,2\n")
+    proc, _ = run(path)
+    check(proc.returncode == 1 and "not a kernel trace" in proc.stderr and "Traceback" not in proc.stderr,
+          f"a file without the trace's columns is refused by name: {proc.stderr.strip()}")
+    write_trace(path, rows[:2] + [(5, "x", 1, 0, 7, 1, 256, "k")])
+    proc, _ = run(path)
+    check(proc.returncode == 1 and ":4: end_ns is 'x'" in proc.stderr and "Traceback" not in proc.stderr,
+          f"a value that is not a number is refused naming line and field: {proc.stderr.strip()}")
+    proc, _ = run(os.path.join(work, "missing.csv"))
+    check(proc.returncode == 1 and "missing.csv" in proc.stderr and "Traceback" not in proc.stderr,
+          f"a missing file is refused by name: {proc.stderr.strip()}")
     if failures:
         print(f"timeline_test: {len(failures)} failed")
         return 1
