@@ -301,9 +301,11 @@ void moe_experts_case(Context& c, DType dtype) {
 
 // The grouped expert products likewise: every variant that can run a grouped product (all but the shared-memory
 // ring, which takes plain products only) must give the MoE block the bytes of the launch production chooses. Its
-// correctness against the reference is moe_experts_bf16's; this case holds the variants to each other.
+// correctness against the reference is moe_experts_bf16's; this case holds the variants to each other. Both products
+// reduce over at least three K-slices, the last one short (H = 3·128 + 8, I = 2·128 + 8), so that a split's fold in
+// another order than slice order changes bits (two partial sums add the same either way round).
 void moe_experts_variants_case(Context& c) {
-  const int64_t E = 7, top_k = 3, H = 136, I = 40;
+  const int64_t E = 7, top_k = 3, H = 392, I = 264;
   const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, DType::kBF16);
   const Weight down = random_weight(c.rng, {E, H, I}, DType::kBF16);
   const ExpertWeights experts{c.gpu.upload(gate_up.stored), c.gpu.upload(down.stored)};
@@ -354,6 +356,10 @@ const ControlRegistrar ctl_to_bf16(cuda::KernelFault::kLinearToBf16Truncates, "l
 // round in the fragments (stream8, stream16): the variants no longer agree.
 const ControlRegistrar ctl_variants(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_variants");
 const ControlRegistrar ctl_experts_variants(cuda::KernelFault::kLinearToBf16Truncates, "moe_experts_bf16_variants");
+// Production splits K of small grouped products too (choose_linear_k_split): a fold out of slice order or missing a
+// slice makes the split launches disagree with the unsplit ones.
+const ControlRegistrar ctl_experts_reversed(cuda::KernelFault::kLinearSplitFoldsReversed, "moe_experts_bf16_variants");
+const ControlRegistrar ctl_experts_dropped(cuda::KernelFault::kLinearSplitDropsSlice, "moe_experts_bf16_variants");
 const ControlRegistrar ctl_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_experts_f32");
 const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOfUp, "moe_experts_bf16");
 
