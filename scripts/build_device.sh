@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLUMB_BUILD_TESTS=ON >/dev/null
-programs="plumb gpu_op_harness gpu_model_test linear_bench stream_ceiling plumb_gpu_sampler_bench"
+programs="plumb gpu_op_harness gpu_model_test linear_bench stream_ceiling phase_boundary plumb_gpu_sampler_bench"
 # shellcheck disable=SC2086
 cmake --build build/device --target $programs -j"$(nproc)"
 stage=$(mktemp -d)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [sampler] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo] [ab]
-#     [profile] [timeline]
+#   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo]
+#     [ab] [profile] [timeline]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
 #           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
+# boundary  bench/step/phase_boundary.cu: what a dependency between two phases of a decode step costs as kernel
+#           launches replayed from a graph and as grid barriers in one persistent kernel (one-block phases and weight
+#           streams of the 35B products; the persistent one also with the next phase's weights in flight across
+#           its barrier)
 # sampler   bench/sampler/gpu_sampler_bench.cpp: the GPU token draw per sampling setting and row count against the
 #           floor of reading the logits, beside the CPU reference's draw of the same rows (same ids counted)
 # harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
@@ -47,7 +51,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear sampler harness e2e sanitize bench serve multiturn heldout demo profile timeline"
+default_steps="linear boundary sampler harness e2e sanitize bench serve multiturn heldout demo profile timeline"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -72,6 +76,12 @@ if want linear; then
   "$bin/stream_ceiling" "$out/stream_ceiling.json" 2>&1 | tee "$out/stream_ceiling.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
   record linear "$([ "$code" = 0 ] && echo pass || echo FAIL)"
+fi
+
+if want boundary; then
+  echo "== phase boundaries"
+  "$bin/phase_boundary" "$out/phase_boundary.json" 2>&1 | tee "$out/phase_boundary.log"
+  record boundary "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
 
 if want sampler; then

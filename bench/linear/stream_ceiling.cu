@@ -13,84 +13,25 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
-#include "backends/cuda/kernels/linear_common.cuh"
+#include "weight_stream.cuh"
 
 namespace {
 
-using plumb::cuda::linear_detail::load_streamed;
+using plumb::bench::check;
+using plumb::bench::median_ms;
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "stream_ceiling: %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(1);
-  }
-}
-
-// Warp w reads rows [16 (w / split), + 16) over its split's share of k, chunk by chunk, R chunks in flight; the XOR of
-// what it read goes to `sink` only when it equals a value it never does, so no load is dead code.
+// Every warp streams its rows with R chunks in flight; the XOR of what it read goes to `sink` only when it equals a
+// value it never does, so no load is dead code.
 template <int R>
 __global__ void stream_rows(const uint16_t* w, int n, int k, int split, unsigned* sink) {
-  const int warp = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
-  const int tile = warp / split, part = warp % split;
-  if (tile * 16 >= n) return;
-  const int k_len = k / split;
-  const uint16_t* lo = w + static_cast<int64_t>(tile * 16 + g) * k + part * k_len + 8 * q;  // [k_len]
-  const uint16_t* hi = lo + 8 * static_cast<int64_t>(k);                                    // [k_len]
-  const int chunks = k_len / 32;
+  const plumb::bench::WarpRows rows = plumb::bench::warp_rows(w, n, k, split);
+  if (!rows.active) return;
   uint4 ring[R][2];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    ring[i][0] = i < chunks ? load_streamed(lo + 32 * i) : make_uint4(0, 0, 0, 0);
-    ring[i][1] = i < chunks ? load_streamed(hi + 32 * i) : make_uint4(0, 0, 0, 0);
-  }
-  unsigned acc = 0;
-  for (int c0 = 0; c0 < chunks; c0 += R) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      acc ^= ring[i][0].x ^ ring[i][0].w ^ ring[i][1].x ^ ring[i][1].w;
-      const int c = c0 + i + R;
-      if (c < chunks) {
-        ring[i][0] = load_streamed(lo + 32 * c);
-        ring[i][1] = load_streamed(hi + 32 * c);
-      }
-    }
-  }
+  plumb::bench::fill_ring(rows, ring);
+  const unsigned acc = plumb::bench::drain_ring(rows, ring);
   if (acc == 0x9E3779B9u) *sink = acc;
-}
-
-__global__ void fill(uint16_t* w, int64_t count) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
-    w[i] = static_cast<uint16_t>((i * 2654435761u) >> 16);
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median milliseconds of `runs` event-timed calls of `work` after `warmup` untimed ones.
-template <class Work>
-float median_ms(int warmup, int runs, Work work) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<float> times;
-  for (int i = 0; i < warmup + runs; ++i) {
-    check(cudaEventRecord(start), "cudaEventRecord");
-    work(i);
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i >= warmup) times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(times);
 }
 
 using StreamKernel = void (*)(const uint16_t*, int, int, int, unsigned*);
@@ -150,7 +91,7 @@ int main(int argc, char** argv) {
     std::vector<uint16_t*> copies(copies_count);
     for (uint16_t*& c : copies) {
       check(cudaMalloc(&c, bytes), "cudaMalloc");
-      fill<<<1024, 256>>>(c, count);
+      plumb::bench::fill_pattern<<<1024, 256>>>(c, count);
     }
     check(cudaDeviceSynchronize(), "fill");
     Row best{n, k, 0, 0, 1e30, 0};
