@@ -148,12 +148,18 @@ __device__ __forceinline__ void load_residual_chunk(const RmsNormParams& p, int6
 // size), whose loads are then all in flight at once.
 constexpr int64_t kNormBlockRowMinDim = 1024;
 
+// The chunks a thread of a norm keeps in registers between its two passes (rows of up to 4 · kRowThreads chunks: the
+// hidden size with 256 threads, the heads with a warp). A longer row reads its values and weights again.
+constexpr int kNormCachedChunks = 4;
+
 // kRowThreads threads per row (32 or 256). Σx² in an order fixed by dim alone: thread j of the row runs four sums
 // (one per chunk slot) over its chunks j, j + kRowThreads, ...; the slots combine as (s0 + s1) + (s2 + s3); a
 // xor-shuffle tree over 16, 8, 4, 2, 1 leaves the same bits in every lane; a 256-thread row then adds its 8 warps'
 // sums pairwise, ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)). Then y = (x · inv) · (offset + w), or
 // ((x · inv) · w) · SiLU(z) when gated, with inv = 1 / sqrt(Σx² / dim + eps): the CPU reference's operations in its
 // order, each rounded to nearest. y may be x itself: every element is read and then written by the same thread.
+// A row of up to kNormCachedChunks chunks a thread issues all its loads (values, weights, gates) before the reduction
+// and keeps them in registers, so the norm waits on memory once, not twice; the values are the same either way.
 template <int kRowThreads, bool kGated, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   wait_for_prior_grid();
@@ -164,17 +170,17 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + slot;
   if (row >= p.rows) return;  // whole warps, or the whole block when it holds one row
   const int64_t dim = p.dim, chunks = (dim + 3) / 4;
-  const float* x = p.x + row * dim;  // [dim]
-  float* y = p.y + row * dim;        // [dim]
+  const float* x = p.x + row * dim;                         // [dim]
+  float* y = p.y + row * dim;                               // [dim]
+  const float* z_row = kGated ? p.z + row * dim : nullptr;  // [dim]
 
   // The residual step's gated branch scales by one factor a row, sigmoid(gate), as mul_sigmoid_rows computes it.
   const float branch_scale = p.branch == nullptr                             ? 0.0f
                              : kFault == KernelFault::kAddGatedBranchUngated ? 1.0f
                                                                              : sigmoid(p.branch_gate[row]);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int64_t q = j; q < chunks; q += kRowThreads) {
-    float v[4];
+  // Chunk q's value to normalize: x, or the residual step's sum x + r, which it stores; its square into acc.
+  const auto first_pass = [&](int64_t q, float(&v)[4]) {
     load_chunk<kVec>(x, q, dim, v);
     if (p.residual != nullptr) {
       float r[4];
@@ -185,41 +191,30 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     }
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[c] = __fmaf_rn(v[c], v[c], acc[c]);
-  }
-  // The row normalized below: x, or the residual step's sum, which this thread has just stored (or, under the planted
-  // control, recomputes).
-  const float* normed = p.residual != nullptr && kFault != KernelFault::kAddRmsNormKeepsX ? p.sum + row * dim : x;
-  float sum = __fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3]));
+  };
+  // The row's 1 / sqrt(mean(v²) + eps) from every thread's acc.
+  const auto inverse_rms = [&] {
+    float sum = __fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3]));
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(kFullMask, sum, offset));
-  if constexpr (kRowWarps > 1) {
-    if (j % 32 == 0) warp_sums[slot][j / 32] = sum;
-    __syncthreads();
-    float w[kRowWarps];
+    for (int offset = 16; offset > 0; offset /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(kFullMask, sum, offset));
+    if constexpr (kRowWarps > 1) {
+      if (j % 32 == 0) warp_sums[slot][j / 32] = sum;
+      __syncthreads();
+      float w[kRowWarps];
 #pragma unroll
-    for (int i = 0; i < kRowWarps; ++i) w[i] = warp_sums[slot][i];
+      for (int i = 0; i < kRowWarps; ++i) w[i] = warp_sums[slot][i];
 #pragma unroll
-    for (int width = kRowWarps; width > 1; width /= 2)
+      for (int width = kRowWarps; width > 1; width /= 2)
 #pragma unroll
-      for (int i = 0; i < width / 2; ++i) w[i] = __fadd_rn(w[2 * i], w[2 * i + 1]);
-    sum = w[0];
-  }
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, static_cast<float>(dim)), p.eps)));
-
-#pragma unroll 4
-  for (int64_t q = j; q < chunks; q += kRowThreads) {
-    float v[4], w[4], out[4];
-    load_chunk<kVec>(normed, q, dim, v);
-    if (kFault == KernelFault::kAddRmsNormKeepsX && p.residual != nullptr) {
-      float r[4];
-      load_residual_chunk<kVec>(p, row, q, branch_scale, r);
-#pragma unroll
-      for (int c = 0; c < 4; ++c) v[c] = __fadd_rn(v[c], r[c]);
+        for (int i = 0; i < width / 2; ++i) w[i] = __fadd_rn(w[2 * i], w[2 * i + 1]);
+      sum = w[0];
     }
-    load_chunk<kVec>(p.w, q, dim, w);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, static_cast<float>(dim)), p.eps)));
+  };
+  // Chunk q of y from its value v, weights w and (gated) gate logits z.
+  const auto second_pass = [&](int64_t q, float inv, const float(&v)[4], const float(&w)[4], const float(&z)[4]) {
+    float out[4];
     if constexpr (kGated) {
-      float z[4];
-      load_chunk<kVec>(p.z + row * dim, q, dim, z);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const float gate = kFault == KernelFault::kGatedNormGateSign ? silu(-z[c]) : silu(z[c]);
@@ -233,6 +228,50 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
                      : __fmul_rn(__fmul_rn(v[c], inv), __fadd_rn(p.weight_offset, w[c]));
     }
     store_chunk<kVec>(y, q, dim, out);
+  };
+
+  if (chunks <= kNormCachedChunks * kRowThreads) {
+    float v[kNormCachedChunks][4], w[kNormCachedChunks][4], z[kNormCachedChunks][4] = {};
+#pragma unroll
+    for (int i = 0; i < kNormCachedChunks; ++i) {
+      const int64_t q = j + static_cast<int64_t>(i) * kRowThreads;
+      if (q >= chunks) break;
+      first_pass(q, v[i]);
+      load_chunk<kVec>(p.w, q, dim, w[i]);
+      if constexpr (kGated) load_chunk<kVec>(z_row, q, dim, z[i]);
+    }
+    const float inv = inverse_rms();
+#pragma unroll
+    for (int i = 0; i < kNormCachedChunks; ++i) {
+      const int64_t q = j + static_cast<int64_t>(i) * kRowThreads;
+      if (q >= chunks) break;
+      second_pass(q, inv, v[i], w[i], z[i]);
+    }
+    return;
+  }
+
+#pragma unroll 4
+  for (int64_t q = j; q < chunks; q += kRowThreads) {
+    float v[4];
+    first_pass(q, v);
+  }
+  const float inv = inverse_rms();
+  // The row normalized: x, or the residual step's sum, which this thread has just stored (or, under the planted
+  // control, recomputes).
+  const float* normed = p.residual != nullptr && kFault != KernelFault::kAddRmsNormKeepsX ? p.sum + row * dim : x;
+#pragma unroll 4
+  for (int64_t q = j; q < chunks; q += kRowThreads) {
+    float v[4], w[4], z[4] = {};
+    load_chunk<kVec>(normed, q, dim, v);
+    if (kFault == KernelFault::kAddRmsNormKeepsX && p.residual != nullptr) {
+      float r[4];
+      load_residual_chunk<kVec>(p, row, q, branch_scale, r);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[c] = __fadd_rn(v[c], r[c]);
+    }
+    load_chunk<kVec>(p.w, q, dim, w);
+    if constexpr (kGated) load_chunk<kVec>(z_row, q, dim, z);
+    second_pass(q, inv, v, w, z);
   }
 }
 
