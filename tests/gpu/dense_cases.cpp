@@ -59,8 +59,12 @@ void embedding_case(Context& c, DType dtype) {
   }
 }
 
+// Row lengths of the norm cases: a warp's rows (77, 256: kept in registers; 1001: past the four chunks a lane keeps,
+// read again after the reduction) and a block's (2048 kept; 4100 read again); 77 and 1001 element by element.
+constexpr int64_t kNormDims[] = {77, 256, 1001, 2048, 4100};
+
 void rms_norm_case(Context& c, NormWeight kind) {
-  for (int64_t D : {int64_t{77}, int64_t{256}, int64_t{2048}}) {
+  for (int64_t D : kNormDims) {
     const Tensor w = kind == NormWeight::kZeroCentred ? normal(c.rng, {D}, 0.3f) : uniform(c.rng, {D}, 0.5f, 1.5f);
     const double offset = kind == NormWeight::kZeroCentred ? 1.0 : 0.0;
     for (int64_t T : kRowCounts) {
@@ -85,7 +89,7 @@ void rms_norm_case(Context& c, NormWeight kind) {
 // The residual step add_rms_norm must leave x and y with the bytes of add then rms_norm on the GPU, and y within
 // rms_norm's bound of the CPU reference's step (whose sum is the same F32 add, so both norm the same x + r).
 void add_rms_norm_case(Context& c) {
-  for (int64_t D : {int64_t{77}, int64_t{256}, int64_t{2048}}) {
+  for (int64_t D : kNormDims) {
     const Tensor w = normal(c.rng, {D}, 0.3f);
     for (int64_t T : kRowCounts) {
       const Tensor x = normal(c.rng, {T, D}), r = normal(c.rng, {T, D});
@@ -126,7 +130,7 @@ void add_rms_norm_case(Context& c) {
 // bound of sigmoid(g) (the CPU's std::exp against the GPU's expf, then three roundings), y within rms_norm's bound plus
 // x's error carried through the norm.
 void add_gated_branch_rms_norm_case(Context& c) {
-  for (int64_t D : {int64_t{77}, int64_t{256}, int64_t{2048}}) {
+  for (int64_t D : kNormDims) {
     const Tensor w = normal(c.rng, {D}, 0.3f);
     for (int64_t T : kRowCounts) {
       const Tensor x = normal(c.rng, {T, D}), r = normal(c.rng, {T, D}), s = normal(c.rng, {T, D});
@@ -180,7 +184,8 @@ void add_gated_branch_rms_norm_case(Context& c) {
 }
 
 void gated_rms_norm_case(Context& c) {
-  for (int64_t D : {int64_t{24}, int64_t{128}}) {
+  // GDN's value heads (128) and a row past the chunks a lane keeps in registers (600, read again after the reduction).
+  for (int64_t D : {int64_t{24}, int64_t{128}, int64_t{600}}) {
     const Tensor w = uniform(c.rng, {D}, 0.5f, 1.5f);
     for (int64_t T : kRowCounts) {
       const int64_t R = T * 3;  // rows are (token, value head) pairs
