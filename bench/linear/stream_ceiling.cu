@@ -48,18 +48,6 @@ float time_launches(StreamKernel kernel, const std::vector<uint16_t*>& copies, i
   return ms * 1e3f;
 }
 
-double copy_gbps() {
-  const size_t bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  check(cudaMalloc(&src, bytes), "cudaMalloc");
-  check(cudaMalloc(&dst, bytes), "cudaMalloc");
-  const float ms =
-      median_ms(2, 10, [&](int) { check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy"); });
-  cudaFree(src);
-  cudaFree(dst);
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // bytes read plus written
-}
-
 struct Row {
   int n, k, ring, split;
   double us, gbps;
@@ -70,7 +58,7 @@ struct Row {
 int main(int argc, char** argv) {
   unsigned* sink = nullptr;
   check(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
-  const double copy = copy_gbps();
+  const double copy = plumb::bench::copy_gbps();
   std::printf("device-to-device copy: %.1f GB/s (1 GiB, median of 10)\n", copy);
   std::printf("%8s %6s %8s %10s %9s %7s   %s\n", "N", "K", "MB", "best us", "GB/s", "%copy", "(ring, split)");
   // The decode products of the two models (35B: GDN qkv|z|b|a 12352, attention q|k|v 9216, 8192 x 2048, out 2048 x

@@ -23,7 +23,7 @@ inline void check(cudaError_t status, const char* what) {
   }
 }
 
-// A fixed pattern of BF16 bits (never NaN-heavy or zero), so a matrix costs no host upload.
+// A fixed pattern of arbitrary BF16 bits (the benchmarks only read them), so a matrix costs no host upload.
 __global__ void fill_pattern(uint16_t* w, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
     w[i] = static_cast<uint16_t>((i * 2654435761u) >> 16);
@@ -53,6 +53,20 @@ float median_ms(int warmup, int runs, Work work, cudaStream_t stream = nullptr) 
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return median(times);
+}
+
+// The device-to-device copy bandwidth (GB/s, bytes read plus written; 1 GiB, median of 10 after 2): the rate every
+// weight stream here is stated against.
+inline double copy_gbps() {
+  const size_t bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  check(cudaMalloc(&src, bytes), "cudaMalloc");
+  check(cudaMalloc(&dst, bytes), "cudaMalloc");
+  const float ms =
+      median_ms(2, 10, [&](int) { check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy"); });
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
 }
 
 // The rows one warp of the grid streams from an [n, k] matrix: warp w takes rows [16 (w / split), + 16) over its

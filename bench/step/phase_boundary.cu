@@ -11,7 +11,8 @@
 //   norm after a stream  the norm launched after each product phase, its data then written one product earlier:
 //            what it adds to the product (the pair's time less the product's), against the norm row's data in L2.
 // Each figure is the median over 7 runs of the wall time of `phases` phases (one graph replay, or one persistent
-// launch) divided by the phases, in µs. Usage: phase_boundary [out.json]
+// launch) divided by the phases, in µs; a product's also as its bytes' rate against the device-to-device copy
+// bandwidth measured in the same run. Usage: phase_boundary [out.json]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -212,6 +213,7 @@ int main(int argc, char** argv) {
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const double copy = plumb::bench::copy_gbps();
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   unsigned* barrier_words = nullptr;
@@ -283,14 +285,24 @@ int main(int argc, char** argv) {
     for (uint16_t* m : host_ptrs) cudaFree(m);
   }
 
-  std::printf("µs per phase (median of 7 runs of %d phases; products %d)\n", kPhases, kProductPhases);
-  std::printf("%-30s %8s %12s %12s %16s\n", "phase", "MB", "launches", "persistent", "next in flight");
+  // A phase's weights over its time, in % of the copy bandwidth ("-" for a phase without weights or a time).
+  const auto of_copy = [&](const Row& r, float us, char(&cell)[32]) {
+    std::snprintf(cell, sizeof(cell), "-");
+    if (r.mb > 0 && us > 0)
+      std::snprintf(cell, sizeof(cell), "%.2f (%.0f%%)", us, 100.0 * r.mb * 1e3 / us / copy);
+    else if (us > 0)
+      std::snprintf(cell, sizeof(cell), "%.2f", us);
+  };
+  std::printf("device-to-device copy: %.1f GB/s (1 GiB, median of 10)\n", copy);
+  std::printf("µs per phase (median of 7 runs of %d phases; products %d), products also in %% of the copy rate\n",
+              kPhases, kProductPhases);
+  std::printf("%-30s %8s %14s %14s %16s\n", "phase", "MB", "launches", "persistent", "next in flight");
   for (const Row& r : rows) {
-    char overlapped[32] = "-";
-    if (r.overlapped > 0) std::snprintf(overlapped, sizeof(overlapped), "%.2f", r.overlapped);
-    char persistent[32] = "-";
-    if (r.persistent > 0) std::snprintf(persistent, sizeof(persistent), "%.2f", r.persistent);
-    std::printf("%-30s %8.1f %12.2f %12s %16s\n", r.work.c_str(), r.mb, r.launches, persistent, overlapped);
+    char launches[32], persistent[32], overlapped[32];
+    of_copy(r, r.launches, launches);
+    of_copy(r, r.persistent, persistent);
+    of_copy(r, r.overlapped, overlapped);
+    std::printf("%-30s %8.1f %14s %14s %16s\n", r.work.c_str(), r.mb, launches, persistent, overlapped);
   }
   if (argc > 1) {
     FILE* out = std::fopen(argv[1], "w");
@@ -298,7 +310,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "phase_boundary: cannot write %s\n", argv[1]);
       return 1;
     }
-    std::fprintf(out, "{\"benchmark\": \"phase_boundary\", \"sms\": %d, \"rows\": [", sms);
+    std::fprintf(out, "{\"benchmark\": \"phase_boundary\", \"sms\": %d, \"copy_gbps\": %.1f, \"rows\": [", sms, copy);
     for (size_t i = 0; i < rows.size(); ++i) {
       std::fprintf(out, "%s{\"phase\": \"%s\", \"mb\": %.3f, \"launches_us\": %.3f", i ? ", " : "",
                    rows[i].work.c_str(), rows[i].mb, rows[i].launches);
