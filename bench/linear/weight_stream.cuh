@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "backends/cuda/kernels/linear_common.cuh"
+#include "backends/cuda/kernels/ptx.cuh"
 
 namespace plumb::bench {
 
@@ -95,7 +95,7 @@ __device__ inline WarpRows warp_rows(const uint16_t* w, int n, int k, int split)
 // Loads the ring's first R chunks.
 template <int R>
 __device__ __forceinline__ void fill_ring(const WarpRows& r, uint4 (&ring)[R][2]) {
-  using cuda::linear_detail::load_streamed;
+  using cuda::load_streamed;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     ring[i][0] = r.active && i < r.chunks ? load_streamed(r.lo + 32 * i) : make_uint4(0, 0, 0, 0);
@@ -107,7 +107,7 @@ __device__ __forceinline__ void fill_ring(const WarpRows& r, uint4 (&ring)[R][2]
 // XOR of what it read (a caller stores it only under a condition that never holds, so no load is dead code).
 template <int R>
 __device__ __forceinline__ unsigned drain_ring(const WarpRows& r, uint4 (&ring)[R][2]) {
-  using cuda::linear_detail::load_streamed;
+  using cuda::load_streamed;
   unsigned acc = 0;
   if (!r.active) return acc;
   for (int c0 = 0; c0 < r.chunks; c0 += R) {

@@ -6,26 +6,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/tensor_checks.h"
 #include "core/error.h"
 #include "ops/checks.h"
 
 namespace plumb {
 namespace {
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 static_assert(cuda::kAttentionKeyBlock == kKvPageSize, "a KV page must be one attention key block");
-
-// Checks that t is a GPU tensor of dtype and rank.
-void expect_gpu_tensor(const Tensor& t, DType dtype, int rank, const char* op, const char* arg) {
-  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
-  PLUMB_CHECK(t.dtype() == dtype, "{}: {} is {}, expected {}", op, arg, dtype_name(t.dtype()), dtype_name(dtype));
-  PLUMB_CHECK(t.rank() == rank, "{}: {} has shape {}, expected rank {}", op, arg, shape_str(t.shape()), rank);
-}
 
 // The attention kernels move 16-byte vectors.
 void expect_aligned(const Tensor& t, const char* op, const char* arg) {
@@ -39,7 +31,7 @@ size_t round_up_16(size_t bytes) {
 }  // namespace
 
 void CudaBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) {
-  expect_gpu_tensor(x, DType::kF32, 3, "rotary_embedding", "x");
+  expect_gpu(x, DType::kF32, 3, "rotary_embedding", "x");
   const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = rotary_dim / 2;
   PLUMB_CHECK(static_cast<int64_t>(positions.size()) == T, "rotary_embedding: {} positions for {} tokens",
               positions.size(), T);
@@ -86,10 +78,10 @@ const int32_t* CudaBackend::upload_page_tables(const std::vector<int32_t>& page_
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
                             const BatchRows& batch, Tensor& o) {
-  expect_gpu_tensor(q, DType::kF32, 3, "attention", "q");
-  expect_gpu_tensor(k, DType::kF32, 3, "attention", "k");
-  expect_gpu_tensor(v, DType::kF32, 3, "attention", "v");
-  expect_gpu_tensor(o, DType::kF32, 3, "attention", "o");
+  expect_gpu(q, DType::kF32, 3, "attention", "q");
+  expect_gpu(k, DType::kF32, 3, "attention", "k");
+  expect_gpu(v, DType::kF32, 3, "attention", "v");
+  expect_gpu(o, DType::kF32, 3, "attention", "o");
   expect_aligned(q, "attention", "q");
   expect_aligned(k, "attention", "k");
   expect_aligned(v, "attention", "v");
@@ -117,8 +109,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const SequenceRows& rows = batch[i];
     PLUMB_CHECK(caches[i] != nullptr, "attention: sequence {} has no cache", i);
     const KvCache& cache = *caches[i];
-    expect_gpu_tensor(cache.k, DType::kBF16, 4, "attention", "k pool");
-    expect_gpu_tensor(cache.v, DType::kBF16, 4, "attention", "v pool");
+    expect_gpu(cache.k, DType::kBF16, 4, "attention", "k pool");
+    expect_gpu(cache.v, DType::kBF16, 4, "attention", "v pool");
     expect_aligned(cache.k, "attention", "k pool");
     expect_aligned(cache.v, "attention", "v pool");
     check_kv_cache(cache, nkv, d, rows.past + rows.count, i, "attention");

@@ -3,26 +3,19 @@
 // tensors, builds the kernel's params and launches once on the backend's stream.
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/dense.h"
 #include "backends/cuda/kernels/sample.h"
+#include "backends/cuda/tensor_checks.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "ops/checks.h"
 
 namespace plumb {
 namespace {
-
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-void expect_gpu(const Tensor& t, DType dtype, const char* op, const char* arg) {
-  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
-  PLUMB_CHECK(t.dtype() == dtype, "{}: {} is {}, expected {}", op, arg, dtype_name(t.dtype()), dtype_name(dtype));
-}
 
 void expect_same_numel(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
   PLUMB_CHECK(a.numel() == b.numel(), "{}: {} holds {} elements and {} holds {}", op, a_name, a.numel(), b_name,

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/gdn.h"
+#include "backends/cuda/tensor_checks.h"
 #include "core/error.h"
 #include "ops/checks.h"
 
@@ -16,23 +16,16 @@ namespace {
 
 static_assert(cuda::kGdnChunkRows == kGdnChunkSize, "the chunked kernel's chunk length is the interface's");
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kGridYZMax = 65535;
-
-void expect_gpu_f32(const Tensor& t, int rank, const char* op, const char* arg) {
-  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} is not on the GPU", op, arg);
-  PLUMB_CHECK(t.dtype() == DType::kF32, "{}: {} is {}, expected F32", op, arg, dtype_name(t.dtype()));
-  PLUMB_CHECK(t.rank() == rank, "{}: {} has shape {}, expected rank {}", op, arg, shape_str(t.shape()), rank);
-}
 
 }  // namespace
 
 void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
                                      const BatchRows& batch, Tensor& y) {
   const char* op = "causal_conv1d_silu";
-  expect_gpu_f32(x, 2, op, "x");
-  expect_gpu_f32(w, 2, op, "w");
-  expect_gpu_f32(y, 2, op, "y");
+  expect_gpu(x, DType::kF32, 2, op, "x");
+  expect_gpu(w, DType::kF32, 2, op, "w");
+  expect_gpu(y, DType::kF32, 2, op, "y");
   const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
   PLUMB_CHECK(K >= cuda::kConvMinWidth && K <= cuda::kConvMaxWidth, "{}: w {} has {} taps, supported {}..{}", op,
               shape_str(w.shape()), K, cuda::kConvMinWidth, cuda::kConvMaxWidth);
@@ -48,7 +41,7 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
   for (size_t i = 0; i < batch.size(); ++i) {
     PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
     const Tensor& state = *states[i];
-    expect_gpu_f32(state, 2, op, "state");
+    expect_gpu(state, DType::kF32, 2, op, "state");
     expect_shape(state, {C, K - 1}, op, "state");
     const SequenceRows& rows = batch[i];
     for (int64_t first = 0; first < rows.count; first += cuda::kConvTileRows)
@@ -73,8 +66,8 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
                                    const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
                                    const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) {
   const char* op = "gated_delta_rule";
-  expect_gpu_f32(qkv, 2, op, "qkv");
-  expect_gpu_f32(o, 3, op, "o");
+  expect_gpu(qkv, DType::kF32, 2, op, "qkv");
+  expect_gpu(o, DType::kF32, 3, op, "o");
   const int64_t T = qkv.dim(0), nk = key_heads, nv = o.dim(1), dv = o.dim(2);
   PLUMB_CHECK(nk > 0 && nv > 0 && nv % nk == 0, "{}: {} value heads are not a multiple of {} key heads", op, nv, nk);
   const int64_t key_columns = qkv.dim(1) - nv * dv;  // 2·nk·dk
@@ -85,10 +78,10 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
               "{}: head dims dk = {}, dv = {}; supported 1..{}", op, dk, dv, cuda::kGdnMaxHeadDim);
   PLUMB_CHECK(nv <= kGridYZMax, "{}: {} value heads", op, nv);
   expect_shape(o, {T, nv, dv}, op, "o");
-  expect_gpu_f32(a, 2, op, "a");
-  expect_gpu_f32(b, 2, op, "b");
-  expect_gpu_f32(A_log, 1, op, "A_log");
-  expect_gpu_f32(dt_bias, 1, op, "dt_bias");
+  expect_gpu(a, DType::kF32, 2, op, "a");
+  expect_gpu(b, DType::kF32, 2, op, "b");
+  expect_gpu(A_log, DType::kF32, 1, op, "A_log");
+  expect_gpu(dt_bias, DType::kF32, 1, op, "dt_bias");
   expect_shape(a, {T, nv}, op, "a");
   expect_shape(b, {T, nv}, op, "b");
   expect_shape(A_log, {nv}, op, "A_log");
@@ -104,7 +97,7 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   for (size_t i = 0; i < batch.size(); ++i) {
     PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
     const Tensor& state = *states[i];
-    expect_gpu_f32(state, 3, op, "state");
+    expect_gpu(state, DType::kF32, 3, op, "state");
     expect_shape(state, {nv, dk, dv}, op, "state");
     const SequenceRows& rows = batch[i];
     const GdnPieces pieces = gdn_pieces(rows.past, rows.count, algorithm);

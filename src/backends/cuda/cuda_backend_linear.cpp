@@ -1,34 +1,21 @@
 // CudaBackend's matrix products: linear and the routed experts of an MoE layer (kernels/linear.h, experts.h).
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <memory>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/linear.h"
+#include "backends/cuda/tensor_checks.h"
 #include "core/error.h"
 #include "ops/checks.h"
 
 namespace plumb {
 namespace {
 
-void expect_gpu(const Tensor& t, const char* op, const char* name) {
-  PLUMB_CHECK(t.device() == Device::kCuda, "{}: {} must be on the GPU", op, name);
-}
-
-void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
-  PLUMB_CHECK(t.dtype() == dtype, "{}: {} must be {}, not {}", op, name, dtype_name(dtype), dtype_name(t.dtype()));
-}
-
 void expect_weight_dtype(const Tensor& w, const char* op, const char* name) {
   PLUMB_CHECK(w.dtype() == DType::kBF16 || w.dtype() == DType::kF32, "{}: {} must be BF16 or F32, not {}", op, name,
               dtype_name(w.dtype()));
-}
-
-// The kernels index rows, features and k with 32-bit integers.
-void expect_int32(int64_t value, const char* op, const char* what) {
-  PLUMB_CHECK(value <= std::numeric_limits<int32_t>::max(), "{}: {} {} is too large", op, what, value);
 }
 
 // x [rows, k] F32 and w [n, k] BF16 or F32 on the GPU, within the kernels' 32-bit indices.

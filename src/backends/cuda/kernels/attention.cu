@@ -15,6 +15,7 @@
 
 #include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/ptx.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -50,11 +51,6 @@ __global__ void rotary_embedding_kernel(const RotaryParams p) {
 // ---------------------------------------------------------------------------------------------------------------------
 // Shared helpers
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const uint32_t lo_bits = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
-  const uint32_t hi_bits = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
-  return lo_bits | (hi_bits << 16);
-}
 __device__ __forceinline__ float bf16_lo(uint32_t pair) {
   return __uint_as_float(pair << 16);
 }
@@ -67,44 +63,6 @@ __device__ __forceinline__ uint4 bf16x8_from(const float* src) {
   const float4 a = *reinterpret_cast<const float4*>(src);
   const float4 b = *reinterpret_cast<const float4*>(src + 4);
   return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src must still be a mapped address).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
-
-// c += a · b for one m16n8k16 tile: BF16 operands, F32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Reductions across the four lanes that hold one row of an mma fragment, in a fixed butterfly: every lane ends with
@@ -262,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   load_block(0, 0);
   cp_async_commit();
   for (int block = 0; block < num_blocks; ++block) {
-    cp_async_wait_all();
+    cp_async_wait<0>();
     // Makes every thread's part of this block (and, the first time, of Q) visible, and guarantees every warp is done
     // with the previous block before its stage is refilled below.
     if constexpr (kFault != KernelFault::kAttentionMissingBarrier) __syncthreads();
@@ -286,8 +244,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, shared_address(k_tile + (np * 16 + k_row) * kStride + kk * 16 + k_col));
-        mma_bf16(s[2 * np], a, b[0], b[1]);
-        mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+        mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
     }
 
@@ -339,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
       for (int dp = 0; dp < kDimPad / 16; ++dp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, shared_address(v_tile + (kk * 16 + a_row) * kStride + dp * 16 + a_col));
-        mma_bf16(o[2 * dp], pa[kk], b[0], b[1]);
-        mma_bf16(o[2 * dp + 1], pa[kk], b[2], b[3]);
+        mma_bf16_16816(o[2 * dp], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[0], b[1]);
+        mma_bf16_16816(o[2 * dp + 1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[2], b[3]);
       }
     }
   }

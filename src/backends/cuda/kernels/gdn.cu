@@ -11,6 +11,7 @@
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/gdn_device.cuh"
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/ptx.cuh"
 
 namespace plumb::cuda {
 namespace {
@@ -98,16 +99,6 @@ constexpr int recurrent_min_ctas(int rows) {
   return rows <= 8 ? 8 : 2;
 }
 
-// Copies 16 bytes from global to shared memory without passing through registers (cp.async, cached in L2 only).
-__device__ __forceinline__ void copy_async_16(float* shared_dst, const float* global_src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
-}
-// Waits for this thread's cp.async copies; their bytes are then visible to this thread.
-__device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
 // grid (⌈dv / 32⌉, nv, batch sequences), 128 threads. The CTA owns columns [32·x, 32·x + 32) of value head h's state
 // S [dk, dv] and keeps them in shared memory over the sequence's tokens: lane l of warp w owns columns 4·(l % 8) .. +3
 // of rows i = 4·w + l / 8 + 16·r (r < kRows). Each thread copies its own pieces in first thing (16-byte cp.async where
@@ -158,7 +149,7 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
     const float* src = S + static_cast<int64_t>(i) * dv + col;
     if constexpr (kVec4) {
       if (i < dk && col < dv)
-        copy_async_16(&own(r).x, src);
+        cp_async_16(&own(r).x, src);
       else
         own(r) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     } else {
@@ -187,7 +178,7 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
 #pragma unroll
     for (int e = 0; e < 4; ++e) value[e] = col + e < dv ? v[e] : 0.0f;
     if constexpr (kVec4) {
-      if (t == 0) wait_async_copies();
+      if (t == 0) cp_async_wait_all();
     }
 
     // This warp's shares of Σq², Σk² and m = (exp(g)·S)ᵀk_raw.

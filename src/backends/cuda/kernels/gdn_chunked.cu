@@ -169,13 +169,13 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 
   // Lane-constant fragment addresses (shared space, bytes) of the phases.
   const uint32_t st_frag =
-      smem_address((lane < 16 ? sSt_hi : sSt_lo) + 8 * n_first * xs + b_split_fragment_offset(xs, lane));
+      shared_address((lane < 16 ? sSt_hi : sSt_lo) + 8 * n_first * xs + b_split_fragment_offset(xs, lane));
   const int n_own = warp % 4;                            // phases 2 and 4: n-tile ...
   const int m_own = (0x1023 >> (4 * (warp / 4))) & 0xf;  // ... and m-tile 3, 2, 0, 1 for warp / 4 = 0 .. 3
   const bool tiles_24 = n_own < kNt;
-  const uint32_t t_frag = smem_address(sT + 16 * m_own * kTStride + a_fragment_offset(kTStride, lane));
+  const uint32_t t_frag = shared_address(sT + 16 * m_own * kTStride + a_fragment_offset(kTStride, lane));
   const uint32_t rt_frag =
-      smem_address((lane < 16 ? sRt_hi : sRt_lo) + 8 * n_own * kRts + b_split_fragment_offset(kRts, lane));
+      shared_address((lane < 16 ? sRt_hi : sRt_lo) + 8 * n_own * kRts + b_split_fragment_offset(kRts, lane));
 
   GdnChunk chunk = plan.chunks[run.first_chunk];
   issue_k(chunk, run.first_chunk, 0);
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kStateThreads, 1)
     if (tiles_13) {
       const bool is_k = wm < 4;
       const int m = wm % 4;
-      const uint32_t a_frag = smem_address((is_k ? sKc : sQ) + 16 * m * xs + a_fragment_offset(xs, lane));
+      const uint32_t a_frag = shared_address((is_k ? sKc : sQ) + 16 * m * xs + a_fragment_offset(xs, lane));
       float acc[kNtw][4] = {};
 #pragma unroll 2
       for (int k0 = 0; k0 < dkp; k0 += 8) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/gdn.h"
+#include "backends/cuda/kernels/ptx.cuh"
 
 namespace plumb::cuda {
 
@@ -88,18 +89,8 @@ __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const SplitA& a, const
 
 // --- Shared-memory fragment loads ---
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Four 8 × 4 F32 tiles; lanes 8m .. 8m+7 give the shared-space addresses of tile m's rows (16-byte aligned), and lane
-// (g, t) receives word t of row g of tile m in r[m].
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
+// ldmatrix_x4 on F32 tiles reads each 8 x 8 tile of 16-bit elements as an 8 × 4 tile of F32: lane (g, t) receives
+// word t of row g of tile m in r[m].
 
 // This lane's row address offset, in floats, for ldmatrix_x4 of an A fragment (rows [0, 16), k-step [0, 8)) of a
 // row-major tile with row stride `stride`: a[0..3] = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4].
@@ -110,24 +101,6 @@ __device__ __forceinline__ int a_fragment_offset(int stride, int lane) {
 // copy is column n of B): lanes 0-15 address the hi copy, 16-31 the lo one; r = {hi b0, hi b1, lo b0, lo b1}.
 __device__ __forceinline__ int b_split_fragment_offset(int stride, int lane) {
   return (lane % 8) * stride + 4 * ((lane / 8) % 2);
-}
-
-// --- Asynchronous global -> shared copies ---
-
-__device__ __forceinline__ void cp_async_16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most kPending of this thread's most recent groups are in flight; other threads see the data after
-// a barrier.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Rows [0, rows) of `count` floats each, from src (row stride src_stride) to dst (row stride dst_stride), by a CTA of

@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kPrepareThreads, 2)
   {
     float* const gram = smem + (warp < 4 ? lay.gkk : lay.gqk);
     const int g = lane / 4, t = lane % 4;
-    const uint32_t a_rows = smem_address((warp < 4 ? sK : sQ) + a_fragment_offset(xs, lane));
-    const uint32_t b_rows = smem_address(sK + (lane % 8) * xs + 4 * (lane / 8));
+    const uint32_t a_rows = shared_address((warp < 4 ? sK : sQ) + a_fragment_offset(xs, lane));
+    const uint32_t b_rows = shared_address(sK + (lane % 8) * xs + 4 * (lane / 8));
 #pragma unroll
     for (int run_index = 0; run_index < 2; ++run_index) {
       const TileRun run = gram_run(warp % 4, run_index);

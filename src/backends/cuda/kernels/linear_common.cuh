@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/linear.h"
+#include "backends/cuda/kernels/ptx.cuh"
 
 namespace plumb::cuda::linear_detail {
 
@@ -26,29 +27,12 @@ constexpr int kSliceK = kLinearSliceK;
 constexpr int kSliceChunks = kSliceK / kChunkK;
 static_assert(kSliceK % kChunkK == 0, "a slice is whole chunks");
 
-// d += a·b over one 16 x 8 x 16 step. a: weight rows g and g + 8; b: product row g; d: features g and g + 8 of product
-// rows 2q and 2q + 1.
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// One chunk of one 16-feature by 8-row tile. w_lo, w_hi: the lane's 8 k of weight rows g and g + 8; x: its 8 k of
-// product row g; each as four BF16 pairs, lower k in the low half.
+// One chunk of one 16-feature by 8-row tile (A: the weights, B: the activations). w_lo, w_hi: the lane's 8 k of weight
+// rows g and g + 8; x: its 8 k of product row g; each as four BF16 pairs, lower k in the low half. d: features g and
+// g + 8 of product rows 2q and 2q + 1.
 __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4& w_lo, const uint4& w_hi, const uint4& x) {
-  mma_16816(d, w_lo.x, w_hi.x, w_lo.y, w_hi.y, x.x, x.y);
-  mma_16816(d, w_lo.z, w_hi.z, w_lo.w, w_hi.w, x.z, x.w);
-}
-
-// Two F32 values as a BF16 pair rounded to nearest even, `lo` in the low half: the bits to_bf16_kernel stores.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-  uint32_t bits;
-  memcpy(&bits, &pair, sizeof bits);
-  return bits;
+  mma_bf16_16816(d, w_lo.x, w_hi.x, w_lo.y, w_hi.y, x.x, x.y);
+  mma_bf16_16816(d, w_lo.z, w_hi.z, w_lo.w, w_hi.w, x.z, x.w);
 }
 
 // ---- Shared-memory stages. ----
@@ -61,34 +45,6 @@ template <typename Elem>
 __device__ __forceinline__ int tile_offset(int row, int unit, int units) {
   constexpr int kSwizzle = sizeof(Elem) == 2 ? 4 : 1;
   return (row * units + (unit ^ ((row & 1) * kSwizzle))) * 16;
-}
-
-// 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
-// neighbours in k read the rest of it within the same ring). bench/linear/stream_ceiling.cu streams with it too.
-__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // With a source size of 0 nothing is read and the 16 bytes are zero-filled.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
-}
-// 16 bytes read once, with the whole 128-byte line fetched into L2: the neighbours in k read the rest of it soon.
-__device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Stages the 16-byte unit of `row` (nullptr: padding) at element kk into dst, zero past k. kVec: one cp.async (row

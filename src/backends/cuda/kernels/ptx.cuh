@@ -1,0 +1,110 @@
+// The PTX and memory-access primitives the kernel families share: shared-space addresses, asynchronous global ->
+// shared copies (cp.async), shared-memory matrix fragment loads (ldmatrix), streamed weight loads and BF16 packing.
+// One definition each, so a kernel family states what it does with them, never how a primitive is spelled.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace plumb::cuda {
+
+// The shared-space address of a pointer into shared memory, as cp.async and ldmatrix take it.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- Asynchronous global -> shared copies (cp.async). A thread's copies are visible to it after a wait; to the
+// rest of the block after a barrier that follows the wait. ----
+
+// 16 bytes, cached in L2 only.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  const uint32_t dst = shared_address(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+// 16 bytes to a shared-space address, zero-filled when !valid: with a source size of 0 nothing is read (gmem must
+// still be a mapped address).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16(shared_address(smem), gmem, valid);
+}
+// 16 bytes read once, with the whole 128-byte line fetched into L2: the neighbours in k read the rest of it soon.
+__device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared_address(smem)), "l"(gmem)
+               : "memory");
+}
+// 4 bytes (cp.async copies of fewer than 16 bytes go through L1).
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(smem)), "l"(gmem) : "memory");
+}
+// Closes the thread's copies issued since the last commit into one group.
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of the thread's most recent groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+// Waits for every copy of the thread, committed to a group or not.
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// ---- Shared-memory fragment loads (ldmatrix): four 8 x 8 tiles of 16-bit elements; lanes 8m .. 8m + 7 give the
+// shared-space addresses of tile m's rows (16-byte aligned), and lane (g, t) receives elements 2t, 2t + 1 of row g
+// of tile m in r[m] (of column g, rows 2t and 2t + 1, when transposed). ----
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
+// ---- Tensor cores. ----
+
+// d += a·b over one m16n8k16 step: BF16 operands (a0..a3 the lane's part of the 16 x 16 A fragment, b0, b1 of the
+// 16 x 8 B fragment), F32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---- Global loads. ----
+
+// 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
+// neighbours in k read the rest of it soon).
+__device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// ---- BF16. ----
+
+// Two F32 values as a BF16 pair rounded to nearest even, `lo` in the low half.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+
+}  // namespace plumb::cuda
