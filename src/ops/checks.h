@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -74,6 +75,36 @@ inline void expect_unshared_written_pages(const std::vector<KvCache*>& caches, c
                   uses[first].page, uses[writer].sequence);
     first = last;
   }
+}
+
+// Checks a sequence's cache for `positions` positions of nkv heads of d, naming the op and the sequence: pools of
+// [pages, kKvPageSize, nkv, d] and a page table covering the positions with pages of the pool. Every backend's
+// attention refuses the same caches; each checks its own device and dtype.
+inline void check_kv_cache(const KvCache& cache, int64_t nkv, int64_t d, int64_t positions, size_t sequence,
+                           const char* op) {
+  PLUMB_CHECK(cache.k.rank() == 4 && cache.k.dim(1) == kKvPageSize && cache.k.dim(2) == nkv && cache.k.dim(3) == d,
+              "{}: sequence {}'s k pool {} is not [pages, {}, {}, {}]", op, sequence, shape_str(cache.k.shape()),
+              kKvPageSize, nkv, d);
+  PLUMB_CHECK(cache.v.shape() == cache.k.shape() && cache.v.dtype() == cache.k.dtype(),
+              "{}: sequence {}'s v pool {} does not match its k pool {}", op, sequence, shape_str(cache.v.shape()),
+              shape_str(cache.k.shape()));
+  const int64_t needed = (positions + kKvPageSize - 1) / kKvPageSize, pool_pages = cache.k.dim(0);
+  PLUMB_CHECK(static_cast<int64_t>(cache.pages.size()) >= needed,
+              "{}: sequence {}'s page table has {} pages, its {} positions need {}", op, sequence, cache.pages.size(),
+              positions, needed);
+  for (int64_t j = 0; j < needed; ++j)
+    PLUMB_CHECK(cache.pages[j] >= 0 && cache.pages[j] < pool_pages,
+                "{}: sequence {}'s page {} is page id {}, outside its pool of {} pages", op, sequence, j,
+                cache.pages[j], pool_pages);
+}
+
+// Checks one row's draw parameters, naming the row: every backend's sample_tokens refuses the same inputs.
+inline void check_token_draw(const TokenDraw& d, int64_t row) {
+  PLUMB_CHECK(std::isfinite(d.temperature) && d.temperature >= 0.0f &&
+                  (d.temperature == 0.0f || std::isfinite(1.0f / d.temperature)),
+              "sample_tokens: row {} has temperature {}, expected 0 or a finite positive number", row, d.temperature);
+  PLUMB_CHECK(d.top_k >= 0, "sample_tokens: row {} has top_k {}, expected >= 0", row, d.top_k);
+  PLUMB_CHECK(d.top_p > 0.0f && d.top_p <= 1.0f, "sample_tokens: row {} has top_p {}, expected (0, 1]", row, d.top_p);
 }
 
 }  // namespace plumb

@@ -3,6 +3,7 @@
 // batched calls bit-identical to each sequence alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"

@@ -1,10 +1,12 @@
 // Rotary embedding and causal grouped-query attention over paged caches on the CPU.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/checks.h"
 
 namespace plumb {
 

@@ -2,6 +2,7 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>

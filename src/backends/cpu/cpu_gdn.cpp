@@ -2,6 +2,7 @@
 // (the WY form of ../shared/docs/qwen3-next-spec.md §10). Everything is FP32; the two algorithms are tested against
 // each other.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"

@@ -1,5 +1,6 @@
 // Mixture-of-experts routing and the routed experts on the CPU.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "backends/cpu/cpu_backend.h"

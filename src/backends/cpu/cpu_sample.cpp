@@ -10,6 +10,7 @@
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/checks.h"
 
 namespace plumb {
 
