@@ -358,18 +358,16 @@ void launch_rotary_embedding(const RotaryParams& params, KernelFault fault, cuda
   const int half = params.rotary_dim / 2;
   const int threads = std::min(128, (half + 31) / 32 * 32);
   const dim3 grid(static_cast<unsigned>(params.tokens));
-  if (fault == KernelFault::kRotaryWrongPairing)
-    launch_kernel(rotary_embedding_kernel<KernelFault::kRotaryWrongPairing>, grid, threads, 0, stream, params);
-  else
-    launch_kernel(rotary_embedding_kernel<KernelFault::kNone>, grid, threads, 0, stream, params);
+  dispatch_fault<KernelFault::kRotaryWrongPairing>(fault, [&](auto planted) {
+    launch_kernel(rotary_embedding_kernel<decltype(planted)::value>, grid, threads, 0, stream, params);
+  });
 }
 
 void launch_kv_cache_write(const KvCacheWriteParams& params, KernelFault fault, cudaStream_t stream) {
   const auto grid = static_cast<unsigned>(params.tokens);
-  if (fault == KernelFault::kKvWriteIgnoresPageTable)
-    launch_kernel(kv_cache_write_kernel<KernelFault::kKvWriteIgnoresPageTable>, grid, 64, 0, stream, params);
-  else
-    launch_kernel(kv_cache_write_kernel<KernelFault::kNone>, grid, 64, 0, stream, params);
+  dispatch_fault<KernelFault::kKvWriteIgnoresPageTable>(fault, [&](auto planted) {
+    launch_kernel(kv_cache_write_kernel<decltype(planted)::value>, grid, 64, 0, stream, params);
+  });
 }
 
 size_t attention_smem_bytes(int head_dim) {
@@ -377,16 +375,9 @@ size_t attention_smem_bytes(int head_dim) {
 }
 
 void launch_attention(const AttentionParams& params, KernelFault fault, cudaStream_t stream) {
-  switch (fault) {
-    case KernelFault::kAttentionCausalOffByOne:
-      return launch_attention_fault<KernelFault::kAttentionCausalOffByOne>(params, stream);
-    case KernelFault::kAttentionMissingBarrier:
-      return launch_attention_fault<KernelFault::kAttentionMissingBarrier>(params, stream);
-    case KernelFault::kAttentionPageTableIgnored:
-      return launch_attention_fault<KernelFault::kAttentionPageTableIgnored>(params, stream);
-    default:
-      return launch_attention_fault<KernelFault::kNone>(params, stream);
-  }
+  dispatch_fault<KernelFault::kAttentionCausalOffByOne, KernelFault::kAttentionMissingBarrier,
+                 KernelFault::kAttentionPageTableIgnored>(
+      fault, [&](auto planted) { launch_attention_fault<decltype(planted)::value>(params, stream); });
 }
 
 }  // namespace plumb::cuda

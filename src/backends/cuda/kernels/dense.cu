@@ -474,35 +474,23 @@ void launch_random_uniform_as(const RandomUniformParams& p, cudaStream_t stream)
 }  // namespace
 
 void launch_embedding(const EmbeddingParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kEmbeddingRowOffByOne)
-    launch_embedding_as<KernelFault::kEmbeddingRowOffByOne>(params, stream);
-  else
-    launch_embedding_as<KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kEmbeddingRowOffByOne>(
+      fault, [&](auto planted) { launch_embedding_as<decltype(planted)::value>(params, stream); });
 }
 
 void launch_rms_norm(const RmsNormParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kRmsNormSkipsWeight)
-    launch_rms_norm_as<false, KernelFault::kRmsNormSkipsWeight>(params, stream);
-  else if (fault == KernelFault::kAddRmsNormKeepsX)
-    launch_rms_norm_as<false, KernelFault::kAddRmsNormKeepsX>(params, stream);
-  else if (fault == KernelFault::kAddGatedBranchUngated)
-    launch_rms_norm_as<false, KernelFault::kAddGatedBranchUngated>(params, stream);
-  else
-    launch_rms_norm_as<false, KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kRmsNormSkipsWeight, KernelFault::kAddRmsNormKeepsX, KernelFault::kAddGatedBranchUngated>(
+      fault, [&](auto planted) { launch_rms_norm_as<false, decltype(planted)::value>(params, stream); });
 }
 
 void launch_gated_rms_norm(const RmsNormParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kGatedNormGateSign)
-    launch_rms_norm_as<true, KernelFault::kGatedNormGateSign>(params, stream);
-  else
-    launch_rms_norm_as<true, KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kGatedNormGateSign>(
+      fault, [&](auto planted) { launch_rms_norm_as<true, decltype(planted)::value>(params, stream); });
 }
 
 void launch_slice_columns(const SliceColumnsParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kSliceColumnsOneLate)
-    launch_slice_columns_as<KernelFault::kSliceColumnsOneLate>(params, stream);
-  else
-    launch_slice_columns_as<KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kSliceColumnsOneLate>(
+      fault, [&](auto planted) { launch_slice_columns_as<decltype(planted)::value>(params, stream); });
 }
 
 void launch_copy_regions(CopyRegionsParams& params, KernelFault fault, cudaStream_t stream) {
@@ -517,47 +505,33 @@ void launch_copy_regions(CopyRegionsParams& params, KernelFault fault, cudaStrea
     params.first_block[i + 1] = params.first_block[i] + (units + kCopyBlockUnits - 1) / kCopyBlockUnits;
   }
   if (params.first_block[params.count] == 0) return;
-  if (fault == KernelFault::kCopyRegionsDropsTail)
-    launch_copy_regions_as<KernelFault::kCopyRegionsDropsTail>(params, stream);
-  else
-    launch_copy_regions_as<KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kCopyRegionsDropsTail>(
+      fault, [&](auto planted) { launch_copy_regions_as<decltype(planted)::value>(params, stream); });
 }
 
 void launch_mul_sigmoid(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kElementwiseDropsTail)
-    launch_elementwise<Binary::kMulSigmoid, KernelFault::kElementwiseDropsTail>(params, stream);
-  else
-    launch_elementwise<Binary::kMulSigmoid, KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kElementwiseDropsTail>(
+      fault, [&](auto planted) { launch_elementwise<Binary::kMulSigmoid, decltype(planted)::value>(params, stream); });
 }
 
 void launch_silu_mul(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kElementwiseDropsTail)
-    launch_elementwise<Binary::kSiluMul, KernelFault::kElementwiseDropsTail>(params, stream);
-  else if (fault == KernelFault::kSiluMulActivatesUp)
-    launch_elementwise<Binary::kSiluMul, KernelFault::kSiluMulActivatesUp>(params, stream);
-  else
-    launch_elementwise<Binary::kSiluMul, KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kElementwiseDropsTail, KernelFault::kSiluMulActivatesUp>(
+      fault, [&](auto planted) { launch_elementwise<Binary::kSiluMul, decltype(planted)::value>(params, stream); });
 }
 
 void launch_add(const ElementwiseParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kElementwiseDropsTail)
-    launch_elementwise<Binary::kAdd, KernelFault::kElementwiseDropsTail>(params, stream);
-  else
-    launch_elementwise<Binary::kAdd, KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kElementwiseDropsTail>(
+      fault, [&](auto planted) { launch_elementwise<Binary::kAdd, decltype(planted)::value>(params, stream); });
 }
 
 void launch_mul_sigmoid_rows(const MulSigmoidRowsParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kMulSigmoidRowsGateSign)
-    launch_mul_sigmoid_rows_as<KernelFault::kMulSigmoidRowsGateSign>(params, stream);
-  else
-    launch_mul_sigmoid_rows_as<KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kMulSigmoidRowsGateSign>(
+      fault, [&](auto planted) { launch_mul_sigmoid_rows_as<decltype(planted)::value>(params, stream); });
 }
 
 void launch_random_uniform(const RandomUniformParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kRandomUniformCounterOffByOne)
-    launch_random_uniform_as<KernelFault::kRandomUniformCounterOffByOne>(params, stream);
-  else
-    launch_random_uniform_as<KernelFault::kNone>(params, stream);
+  dispatch_fault<KernelFault::kRandomUniformCounterOffByOne>(
+      fault, [&](auto planted) { launch_random_uniform_as<decltype(planted)::value>(params, stream); });
 }
 
 }  // namespace plumb::cuda

@@ -219,33 +219,24 @@ int moe_group_smem_bytes(int experts) {
 
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream) {
   if (params.pairs == 0) return;
-  if (fault == KernelFault::kExpertsGroupClampOffByOne) {
-    launch_moe_group_as<KernelFault::kExpertsGroupClampOffByOne>(params, stream);
-  } else {
-    launch_moe_group_as<KernelFault::kNone>(params, stream);
-  }
+  dispatch_fault<KernelFault::kExpertsGroupClampOffByOne>(
+      fault, [&](auto planted) { launch_moe_group_as<decltype(planted)::value>(params, stream); });
 }
 
 void launch_moe_silu_mul(const MoeSiluMulParams& params, KernelFault fault, cudaStream_t stream) {
   const int64_t count = static_cast<int64_t>(params.rows) * params.inter;
   if (count == 0) return;
-  if (fault == KernelFault::kExpertsSiluSigmoidOfUp) {
-    launch_moe_silu_mul_as<KernelFault::kExpertsSiluSigmoidOfUp>(params, count, stream);
-  } else {
-    launch_moe_silu_mul_as<KernelFault::kNone>(params, count, stream);
-  }
+  dispatch_fault<KernelFault::kExpertsSiluSigmoidOfUp>(
+      fault, [&](auto planted) { launch_moe_silu_mul_as<decltype(planted)::value>(params, count, stream); });
 }
 
 void launch_moe_combine(const MoeCombineParams& params, KernelFault fault, cudaStream_t stream) {
   if (params.tokens == 0 || params.hidden == 0) return;
   const dim3 grid(static_cast<unsigned>(params.tokens),
                   static_cast<unsigned>((params.hidden + kElementwiseThreads - 1) / kElementwiseThreads));
-  if (fault == KernelFault::kExpertsDropLastExpert) {
-    launch_kernel(moe_combine_kernel<KernelFault::kExpertsDropLastExpert>, grid, kElementwiseThreads, 0, stream,
-                  params);
-  } else {
-    launch_kernel(moe_combine_kernel<KernelFault::kNone>, grid, kElementwiseThreads, 0, stream, params);
-  }
+  dispatch_fault<KernelFault::kExpertsDropLastExpert>(fault, [&](auto planted) {
+    launch_kernel(moe_combine_kernel<decltype(planted)::value>, grid, kElementwiseThreads, 0, stream, params);
+  });
 }
 
 }  // namespace plumb::cuda

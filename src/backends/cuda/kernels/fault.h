@@ -4,6 +4,8 @@
 // that was checked, unchanged by the existence of its faulty twins.
 #pragma once
 
+#include <type_traits>
+
 // The one list of planted faults, X(name) each: the enum below, the harness's list of every fault and their names
 // are generated from it, so a fault added here without a registered control fails the harness's registry test.
 #define PLUMB_KERNEL_FAULTS(X)                                                                                         \
@@ -56,5 +58,14 @@ enum class KernelFault : int {
   PLUMB_KERNEL_FAULTS(PLUMB_KERNEL_FAULT_ENUMERATOR)
 #undef PLUMB_KERNEL_FAULT_ENUMERATOR
 };
+
+// Turns the run-time fault into a kernel's template argument, the one place every kernel family makes that choice:
+// calls launch(std::integral_constant<KernelFault, F>{}) with F = fault when it is one of the planted controls the
+// kernel carries (kPlanted), else with F = kNone.
+template <KernelFault... kPlanted, class Launch>
+void dispatch_fault(KernelFault fault, Launch&& launch) {
+  const bool planted = ((fault == kPlanted && (launch(std::integral_constant<KernelFault, kPlanted>{}), true)) || ...);
+  if (!planted) launch(std::integral_constant<KernelFault, KernelFault::kNone>{});
+}
 
 }  // namespace plumb::cuda

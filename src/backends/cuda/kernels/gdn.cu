@@ -76,10 +76,9 @@ template <int kWidth>
 void launch_conv_width(const CausalConv1dParams& p, KernelFault fault, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.tile_count),
                   static_cast<unsigned>((p.channels + kConvThreads - 1) / kConvThreads));
-  if (fault == KernelFault::kConvIgnoresState)
-    launch_kernel(causal_conv1d_silu_kernel<kWidth, KernelFault::kConvIgnoresState>, grid, kConvThreads, 0, stream, p);
-  else
-    launch_kernel(causal_conv1d_silu_kernel<kWidth, KernelFault::kNone>, grid, kConvThreads, 0, stream, p);
+  dispatch_fault<KernelFault::kConvIgnoresState>(fault, [&](auto planted) {
+    launch_kernel(causal_conv1d_silu_kernel<kWidth, decltype(planted)::value>, grid, kConvThreads, 0, stream, p);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -306,14 +305,8 @@ void launch_recurrent_fault(const GatedDeltaRuleParams& p, const GdnSequence* se
 
 void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
                             cudaStream_t stream) {
-  switch (fault) {
-    case KernelFault::kGdnGateSign:
-      return launch_recurrent_fault<KernelFault::kGdnGateSign>(p, sequences, count, stream);
-    case KernelFault::kGdnMissingBarrier:
-      return launch_recurrent_fault<KernelFault::kGdnMissingBarrier>(p, sequences, count, stream);
-    default:
-      return launch_recurrent_fault<KernelFault::kNone>(p, sequences, count, stream);
-  }
+  dispatch_fault<KernelFault::kGdnGateSign, KernelFault::kGdnMissingBarrier>(
+      fault, [&](auto planted) { launch_recurrent_fault<decltype(planted)::value>(p, sequences, count, stream); });
 }
 
 }  // namespace

@@ -404,9 +404,8 @@ void launch_gdn_chunked(const GatedDeltaRuleParams& p, const GdnChunkedPlan& pla
   if (plan.chunk_count == 0) return;
   // The gate faults live in pass 1, the barrier fault in pass 2.
   launch_gdn_chunk_prepare(p, plan, fault, stream);
-  if (fault == KernelFault::kGdnMissingBarrier)
-    return launch_state_fault<KernelFault::kGdnMissingBarrier>(p, plan, stream);
-  return launch_state_fault<KernelFault::kNone>(p, plan, stream);
+  dispatch_fault<KernelFault::kGdnMissingBarrier>(
+      fault, [&](auto planted) { launch_state_fault<decltype(planted)::value>(p, plan, stream); });
 }
 
 }  // namespace plumb::cuda

@@ -291,14 +291,8 @@ size_t gdn_chunk_prepare_smem_bytes(int key_dim) {
 
 void launch_gdn_chunk_prepare(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, KernelFault fault,
                               cudaStream_t stream) {
-  switch (fault) {
-    case KernelFault::kGdnGateSign:
-      return launch_prepare_fault<KernelFault::kGdnGateSign>(p, plan, stream);
-    case KernelFault::kGdnChunkBoundaryOffByOne:
-      return launch_prepare_fault<KernelFault::kGdnChunkBoundaryOffByOne>(p, plan, stream);
-    default:
-      return launch_prepare_fault<KernelFault::kNone>(p, plan, stream);
-  }
+  dispatch_fault<KernelFault::kGdnGateSign, KernelFault::kGdnChunkBoundaryOffByOne>(
+      fault, [&](auto planted) { launch_prepare_fault<decltype(planted)::value>(p, plan, stream); });
 }
 
 }  // namespace plumb::cuda

@@ -544,28 +544,16 @@ int linear_ring_smem_bytes(LinearShape shape, int rows) {
 }
 
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kLinearDropsLastKTile) {
-    launch_linear_variant<KernelFault::kLinearDropsLastKTile>(params, stream);
-  } else if (fault == KernelFault::kLinearSplitFoldsReversed) {
-    launch_linear_variant<KernelFault::kLinearSplitFoldsReversed>(params, stream);
-  } else if (fault == KernelFault::kLinearSplitDropsSlice) {
-    launch_linear_variant<KernelFault::kLinearSplitDropsSlice>(params, stream);
-  } else if (fault == KernelFault::kLinearF32DropsKRemainder) {
-    launch_linear_variant<KernelFault::kLinearF32DropsKRemainder>(params, stream);
-  } else if (fault == KernelFault::kLinearPartsSkipBoundary) {
-    launch_linear_variant<KernelFault::kLinearPartsSkipBoundary>(params, stream);
-  } else {
-    launch_linear_variant<KernelFault::kNone>(params, stream);
-  }
+  dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearSplitFoldsReversed,
+                 KernelFault::kLinearSplitDropsSlice, KernelFault::kLinearF32DropsKRemainder,
+                 KernelFault::kLinearPartsSkipBoundary>(
+      fault, [&](auto planted) { launch_linear_variant<decltype(planted)::value>(params, stream); });
 }
 
 void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, KernelFault fault, cudaStream_t stream) {
   if (count == 0) return;
-  if (fault == KernelFault::kLinearToBf16Truncates) {
-    launch_to_bf16_as<KernelFault::kLinearToBf16Truncates>(x, y, count, stream);
-  } else {
-    launch_to_bf16_as<KernelFault::kNone>(x, y, count, stream);
-  }
+  dispatch_fault<KernelFault::kLinearToBf16Truncates>(
+      fault, [&](auto planted) { launch_to_bf16_as<decltype(planted)::value>(x, y, count, stream); });
 }
 
 }  // namespace plumb::cuda

@@ -369,17 +369,9 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
 
 template <class S, bool kVec>
 void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t stream) {
-  if (fault == KernelFault::kLinearDropsLastKTile) {
-    launch_stream<S, kVec, KernelFault::kLinearDropsLastKTile>(p, stream);
-  } else if (fault == KernelFault::kLinearSplitFoldsReversed) {
-    launch_stream<S, kVec, KernelFault::kLinearSplitFoldsReversed>(p, stream);
-  } else if (fault == KernelFault::kLinearSplitDropsSlice) {
-    launch_stream<S, kVec, KernelFault::kLinearSplitDropsSlice>(p, stream);
-  } else if (fault == KernelFault::kLinearPartsSkipBoundary) {
-    launch_stream<S, kVec, KernelFault::kLinearPartsSkipBoundary>(p, stream);
-  } else {
-    launch_stream<S, kVec, KernelFault::kNone>(p, stream);
-  }
+  dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearSplitFoldsReversed,
+                 KernelFault::kLinearSplitDropsSlice, KernelFault::kLinearPartsSkipBoundary>(
+      fault, [&](auto planted) { launch_stream<S, kVec, decltype(planted)::value>(p, stream); });
 }
 
 // Static shared memory of a kernel (the same in every instantiation of its template).

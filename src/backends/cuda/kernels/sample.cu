@@ -710,10 +710,9 @@ size_t moe_route_smem_bytes(int experts, int top_k) {
 void launch_moe_route(const MoeRouteParams& params, KernelFault fault, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(params.tokens));
   const size_t shared = moe_route_smem_bytes(params.experts, params.top_k);
-  if (fault == KernelFault::kRouteTiesToHigher)
-    launch_kernel(moe_route_kernel<KernelFault::kRouteTiesToHigher>, grid, kRouteThreads, shared, stream, params);
-  else
-    launch_kernel(moe_route_kernel<KernelFault::kNone>, grid, kRouteThreads, shared, stream, params);
+  dispatch_fault<KernelFault::kRouteTiesToHigher>(fault, [&](auto planted) {
+    launch_kernel(moe_route_kernel<decltype(planted)::value>, grid, kRouteThreads, shared, stream, params);
+  });
 }
 
 void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, cudaStream_t stream) {
@@ -721,12 +720,8 @@ void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, c
   while ((params.vocab >> vocab_bits) != 0) ++vocab_bits;
   const int shift = 63 - vocab_bits < 53 ? 63 - vocab_bits : 53;  // vocab · 2^shift < 2^63: no sum overflows
   const float mass_scale = static_cast<float>(1ull << shift);
-  if (fault == KernelFault::kSampleTiesToHigher)
-    launch_sample_tokens_with<KernelFault::kSampleTiesToHigher>(params, mass_scale, stream);
-  else if (fault == KernelFault::kSampleTopPOneShort)
-    launch_sample_tokens_with<KernelFault::kSampleTopPOneShort>(params, mass_scale, stream);
-  else
-    launch_sample_tokens_with<KernelFault::kNone>(params, mass_scale, stream);
+  dispatch_fault<KernelFault::kSampleTiesToHigher, KernelFault::kSampleTopPOneShort>(
+      fault, [&](auto planted) { launch_sample_tokens_with<decltype(planted)::value>(params, mass_scale, stream); });
 }
 
 }  // namespace plumb::cuda
