@@ -1,8 +1,8 @@
 // libFuzzer target over what a model folder a stranger hands plumb is parsed by before any weight is read: config.json
 // (parse_model_config), a .safetensors file's header (CheckpointFiles::open_file, with every tensor of the header
-// then read), and model.safetensors.index.json (CheckpointFiles::open on a folder that also holds one valid shard,
-// shard.safetensors, with tensors "a" and "b"; every tensor the index maps is then read). The first byte selects the
-// parser; the rest is the file. Bad input must end in a plumb::Error of input kind; a crash, hang, sanitizer report
+// then read), model.safetensors.index.json (CheckpointFiles::open on a folder that also holds one valid shard,
+// shard.safetensors, with tensors "a" and "b"; every tensor the index maps is then read), and ModelOpt's
+// hf_quant_config.json (parse_hf_quant_config). The first byte selects the parser; the rest is the file. Bad input must end in a plumb::Error of input kind; a crash, hang, sanitizer report
 // or an internal error (PLUMB_INTERNAL_CHECK) is a failure. Built by scripts/fuzz.sh with clang++
 // -fsanitize=fuzzer,address,undefined.
 #include <unistd.h>
@@ -59,10 +59,14 @@ std::string write_index_folder(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t selector = data[0] % 3;
+  const uint8_t selector = data[0] % 4;
   try {
     if (selector == 0) {
       plumb::parse_model_config(std::string(reinterpret_cast<const char*>(data + 1), size - 1), "config.json");
+    } else if (selector == 3) {
+      plumb::ModelConfig config;
+      plumb::parse_hf_quant_config(std::string(reinterpret_cast<const char*>(data + 1), size - 1),
+                                   "hf_quant_config.json", config);
     } else {
       const std::filesystem::path file = work_dir() / "input.safetensors";
       if (selector == 1) write_file(file, data + 1, size - 1);

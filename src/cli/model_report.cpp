@@ -64,10 +64,15 @@ void print_model_report(const InspectArgs& args) {
   for (const WeightSlot& slot : table) {
     PLUMB_CHECK(files.contains(slot.name), "{}: missing tensor '{}'", files.source(), slot.name);
     const TensorInfo& info = files.info(slot.name);
-    const int64_t n = shape_numel(info.shape);
-    double bytes = static_cast<double>(n) * static_cast<double>(dtype_size(info.dtype));
-    const std::string scale = slot.name + "_scale_inv";
-    if (files.contains(scale)) {
+    double bytes = static_cast<double>(shape_numel(info.shape)) * static_cast<double>(dtype_size(info.dtype));
+    // NVFP4 packs two E2M1 values a byte.
+    const int64_t n = shape_numel(info.shape) * (info.dtype == DType::kU8 ? 2 : 1);
+    // The scales stored beside a quantized weight: FP8's weight_scale_inv; NVFP4's weight_scale, weight_scale_2 and
+    // input_scale.
+    const std::string module = slot.name.substr(0, slot.name.size() - (slot.name.ends_with(".weight") ? 7 : 0));
+    for (const std::string& scale :
+         {slot.name + "_scale_inv", module + ".weight_scale", module + ".weight_scale_2", module + ".input_scale"}) {
+      if (!files.contains(scale)) continue;
       const TensorInfo& s = files.info(scale);
       bytes += static_cast<double>(shape_numel(s.shape)) * static_cast<double>(dtype_size(s.dtype));
     }
@@ -107,6 +112,9 @@ void print_model_report(const InspectArgs& args) {
     fmt::print("dense mlp    {} layers, width {}\n", c.num_layers - moe_layers, c.intermediate_size);
   fmt::print("context      {} tokens (max_position_embeddings)\n", c.max_position_embeddings);
   if (c.fp8) fmt::print("quantization fp8 e4m3, blocks {}x{}\n", c.fp8->block_rows, c.fp8->block_cols);
+  if (c.nvfp4)
+    fmt::print("quantization nvfp4 (ModelOpt), groups of {}, {} excluded module patterns\n", c.nvfp4->group_size,
+               c.nvfp4->exclude_modules.size());
 
   fmt::print("\nparameters by kind (as stored)\n");
   for (const auto& [kind, t] : kinds) fmt::print("  {:<16} {:>16L} {:>14}\n", kind, t.params, human_bytes(t.bytes));

@@ -20,6 +20,8 @@ size_t dtype_size(DType dtype) {
       return 4;
     case DType::kI64:
       return 8;
+    case DType::kU8:
+      return 1;
   }
   PLUMB_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -38,12 +40,15 @@ std::string_view dtype_name(DType dtype) {
       return "I32";
     case DType::kI64:
       return "I64";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
 
 bool parse_dtype(std::string_view name, DType* out) {
-  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI32, DType::kI64};
+  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                                   DType::kI32, DType::kI64, DType::kU8};
   for (DType d : kAll) {
     if (dtype_name(d) == name) {
       *out = d;
@@ -131,6 +136,7 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
     }
     case DType::kI32:
     case DType::kI64:
+    case DType::kU8:
       break;
   }
   PLUMB_FAIL("cannot convert {} to F32", dtype_name(dtype));

@@ -8,7 +8,8 @@
 
 namespace plumb {
 
-enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32, kI64 };
+// kU8: raw bytes, as NVFP4 checkpoints store their packed E2M1 pairs.
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32, kI64, kU8 };
 
 // Bytes per element.
 size_t dtype_size(DType dtype);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -24,11 +25,66 @@ bool is_ignored(const std::string& name, const ModelConfig& c) {
          (c.tie_word_embeddings && name == "lm_head.weight");
 }
 
-std::string scale_name_of(const std::string& weight_name) {
+// The module a quantized weight belongs to (its name less ".weight"), whose other tensors hold its scales.
+std::string module_of(const std::string& weight_name, const char* format) {
   const std::string suffix = ".weight";
   PLUMB_CHECK(weight_name.size() > suffix.size() && weight_name.ends_with(suffix),
-              "FP8 tensor '{}' has no '.weight' name to find its weight_scale_inv by", weight_name);
-  return weight_name + "_scale_inv";
+              "{} tensor '{}' has no '.weight' name to find its scales by", format, weight_name);
+  return weight_name.substr(0, weight_name.size() - suffix.size());
+}
+
+std::string scale_name_of(const std::string& weight_name) {
+  return module_of(weight_name, "FP8") + ".weight_scale_inv";
+}
+
+// Whether `text` matches `pattern`, in which '*' stands for any run of characters (ModelOpt's exclude_modules).
+bool matches_glob(std::string_view pattern, std::string_view text) {
+  if (pattern.empty()) return text.empty();
+  if (pattern.front() == '*') {
+    for (size_t skip = 0; skip <= text.size(); ++skip)
+      if (matches_glob(pattern.substr(1), text.substr(skip))) return true;
+    return false;
+  }
+  return !text.empty() && pattern.front() == text.front() && matches_glob(pattern.substr(1), text.substr(1));
+}
+
+// The scales of an NVFP4 weight: [N, K / 16] E4M3, one F32, and the activation scale plumb does not use (the
+// products take BF16 activations).
+struct Nvfp4Scales {
+  std::string scale, scale_2, input_scale;
+};
+Nvfp4Scales nvfp4_scales_of(const std::string& weight_name) {
+  const std::string module = module_of(weight_name, "NVFP4");
+  return {module + ".weight_scale", module + ".weight_scale_2", module + ".input_scale"};
+}
+
+// Dequantizes an NVFP4 slot to F32, after checking that the config declares NVFP4, that the module is not one it
+// leaves unquantized, and that its scales are there.
+Tensor read_nvfp4(const CheckpointFiles& files, const ModelConfig& c, const WeightSlot& slot,
+                  std::set<std::string>& used) {
+  const TensorInfo& info = files.info(slot.name);
+  PLUMB_CHECK(slot.role == WeightRole::kProjection && slot.shape.size() == 2,
+              "tensor '{}' in {} is U8, but plumb reads packed NVFP4 only for 2-D projections", slot.name, info.file);
+  PLUMB_CHECK(c.nvfp4.has_value(),
+              "tensor '{}' in {} is U8 (packed NVFP4?), but the folder declares no NVFP4 quantization "
+              "(hf_quant_config.json, or a modelopt quantization_config)",
+              slot.name, info.file);
+  const std::string module = module_of(slot.name, "NVFP4");
+  for (const std::string& pattern : c.nvfp4->exclude_modules)
+    PLUMB_CHECK(!matches_glob(pattern, module),
+                "tensor '{}' in {} is NVFP4, but exclude_modules leaves '{}' ('{}') unquantized", slot.name, info.file,
+                module, pattern);
+  PLUMB_CHECK(info.shape == Shape({slot.shape[0], slot.shape[1] / 2}) && slot.shape[1] % 2 == 0,
+              "NVFP4 tensor '{}' in {} has shape {}, expected [{}, {}] (two E2M1 values a byte) for a {} weight",
+              slot.name, info.file, shape_str(info.shape), slot.shape[0], slot.shape[1] / 2, shape_str(slot.shape));
+  const Nvfp4Scales s = nvfp4_scales_of(slot.name);
+  for (const std::string* name : {&s.scale, &s.scale_2})
+    PLUMB_CHECK(files.contains(*name), "NVFP4 tensor '{}' in {} has no '{}'", slot.name, info.file, *name);
+  used.insert(s.scale);
+  used.insert(s.scale_2);
+  if (files.contains(s.input_scale)) used.insert(s.input_scale);
+  return dequantize_nvfp4(files.tensor(slot.name), files.tensor(s.scale), files.tensor(s.scale_2), c.nvfp4->group_size,
+                          slot.name);
 }
 
 // The checkpoint tensor for one slot as a host tensor: dtype checked, FP8 dequantized, parameters in F32.
@@ -36,6 +92,7 @@ Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const Weigh
                  std::set<std::string>& used) {
   const TensorInfo& info = files.info(slot.name);
   used.insert(slot.name);
+  if (info.dtype == DType::kU8) return read_nvfp4(files, c, slot, used);
   PLUMB_CHECK(info.shape == slot.shape, "tensor '{}' in {} has shape {}, expected {}", slot.name, info.file,
               shape_str(info.shape), shape_str(slot.shape));
   Tensor t = files.tensor(slot.name);
@@ -56,7 +113,7 @@ Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const Weigh
       break;
     }
     default:
-      PLUMB_FAIL("tensor '{}' in {} has dtype {}; expected F32, BF16, F16 or F8_E4M3", slot.name, info.file,
+      PLUMB_FAIL("tensor '{}' in {} has dtype {}; expected F32, BF16, F16, F8_E4M3 or U8 (NVFP4)", slot.name, info.file,
                  dtype_name(info.dtype));
   }
   if (slot.role == WeightRole::kParameter && t.dtype() != DType::kF32) {
@@ -81,7 +138,7 @@ void check_finite(const Tensor& host, const std::string& name, const std::string
   }
 }
 
-// The checkpoint bytes a slot reads: its tensor and, for FP8, the scales beside it.
+// The checkpoint bytes a slot reads: its tensor and, for FP8 and NVFP4, the scales beside it.
 int64_t stored_bytes(const CheckpointFiles& files, const WeightSlot& slot) {
   const auto bytes = [&](const std::string& name) {
     const TensorInfo& info = files.info(name);
@@ -91,6 +148,11 @@ int64_t stored_bytes(const CheckpointFiles& files, const WeightSlot& slot) {
   int64_t total = bytes(slot.name);
   if (info.dtype == DType::kF8E4M3 && slot.name.ends_with(".weight") && files.contains(scale_name_of(slot.name)))
     total += bytes(scale_name_of(slot.name));
+  if (info.dtype == DType::kU8 && slot.name.ends_with(".weight")) {
+    const Nvfp4Scales s = nvfp4_scales_of(slot.name);
+    for (const std::string* name : {&s.scale, &s.scale_2, &s.input_scale})
+      if (files.contains(*name)) total += bytes(*name);
+  }
   return total;
 }
 

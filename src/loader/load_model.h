@@ -1,5 +1,5 @@
 // Loading a Hugging Face model folder: config.json, then every tensor the weight table names, checked for presence,
-// shape and dtype, converted as the table says (FP8 dequantized, Qwen3-Next's fused projections permuted), and
+// shape and dtype, converted as the table says (FP8 and NVFP4 dequantized, Qwen3-Next's fused projections permuted), and
 // handed to the backend. Tensors the table does not name are refused, except the multimodal wrapper's vision tower
 // and the multi-token-prediction head, which a text forward pass does not use.
 #pragma once

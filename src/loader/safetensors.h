@@ -53,4 +53,14 @@ class CheckpointFiles {
 Tensor dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
                              const std::string& name);
 
+// The value of one E2M1 code (bit 3 the sign, then two exponent bits and one mantissa bit): ±{0, 0.5, 1, 1.5, 2, 3,
+// 4, 6}.
+float e2m1_to_f32(uint8_t code);
+
+// Dequantizes an NVFP4 weight: W[n, k] = e2m1(Wq[n, k]) * float(scale[n, k / group]) * scale_2, rounded to F32 once
+// (the first product is exact). weight: U8 [N, K / 2], element 2j in the low nibble of byte j and 2j + 1 in the high
+// one; scale: F8_E4M3 [N, K / group]; scale_2: F32, one value. Returns F32 [N, K]. `name` names the weight.
+Tensor dequantize_nvfp4(const Tensor& weight, const Tensor& scale, const Tensor& scale_2, int64_t group,
+                        const std::string& name);
+
 }  // namespace plumb

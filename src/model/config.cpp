@@ -65,6 +65,17 @@ class FieldReader {
     }
     return out;
   }
+  std::vector<std::string> strings(const char* key) const {
+    if (!has(key)) return {};
+    const json& v = object_.at(key);
+    PLUMB_CHECK(v.is_array(), "{}: field '{}' must be a list of strings", where_, key);
+    std::vector<std::string> out;
+    for (const json& e : v) {
+      PLUMB_CHECK(e.is_string(), "{}: field '{}' holds a non-string {}", where_, key, e.dump());
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
   const std::string& where() const { return where_; }
 
  private:
@@ -161,11 +172,39 @@ void parse_mlp_kinds(const FieldReader& f, ModelConfig& c) {
     if (!mlp_only.count(i) && c.num_experts > 0 && (i + 1) % sparse_step == 0) c.mlp_kinds[i] = MlpKind::kMoe;
 }
 
+// ModelOpt's description of its quantization: hf_quant_config.json's "quantization" object (group_size,
+// exclude_modules, kv_cache_quant_algo), or config.json's quantization_config with quant_method "modelopt" (the
+// weights' group size under config_groups, the exclusions as "ignore"). plumb reads NVFP4 weights, groups of 16.
+void parse_modelopt(const FieldReader& q, ModelConfig& c) {
+  const std::string algo = q.string("quant_algo");
+  PLUMB_CHECK(algo == "NVFP4", "{}: quant_algo '{}' is not supported (plumb reads ModelOpt's NVFP4)", q.where(), algo);
+  PLUMB_CHECK(!q.has("kv_cache_quant_algo") && !q.has("kv_cache_scheme"),
+              "{}: a quantized KV cache is not supported (plumb keeps it in BF16)", q.where());
+  Nvfp4Quantization n;
+  n.group_size = q.integer("group_size", 16);
+  if (q.has("config_groups")) {
+    for (const auto& [group, spec] : q.object("config_groups").items()) {
+      const FieldReader g(spec, q.where() + ": config_groups." + group);
+      if (g.has("weights")) {
+        const FieldReader w(g.object("weights"), g.where() + ".weights");
+        n.group_size = w.integer("group_size", n.group_size);
+        PLUMB_CHECK(n.group_size == 16, "{}: group_size {} does not match NVFP4's groups of 16", w.where(),
+                    n.group_size);
+      }
+    }
+  }
+  PLUMB_CHECK(n.group_size == 16, "{}: group_size {} does not match NVFP4's groups of 16", q.where(), n.group_size);
+  n.exclude_modules = q.strings("exclude_modules");
+  for (std::string& module : q.strings("ignore")) n.exclude_modules.push_back(std::move(module));
+  c.nvfp4 = std::move(n);
+}
+
 void parse_quantization(const json& root, const std::string& source, ModelConfig& c) {
   if (!root.contains("quantization_config") || root.at("quantization_config").is_null()) return;
   const FieldReader q(root.at("quantization_config"), source + ": quantization_config");
   const std::string method = q.string("quant_method");
-  PLUMB_CHECK(method == "fp8", "{}: quant_method '{}' is not supported (only 'fp8')", q.where(), method);
+  if (method == "modelopt") return parse_modelopt(q, c);
+  PLUMB_CHECK(method == "fp8", "{}: quant_method '{}' is not supported (only 'fp8' and 'modelopt')", q.where(), method);
   if (q.has("fmt")) {
     const std::string fmt_name = q.string("fmt");
     PLUMB_CHECK(fmt_name == "e4m3", "{}: fmt '{}' is not supported (only 'e4m3')", q.where(), fmt_name);
@@ -333,10 +372,27 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   return c;
 }
 
+void parse_hf_quant_config(const std::string& json_text, const std::string& source, ModelConfig& c) {
+  check_json_depth(json_text, source);
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& e) {
+    PLUMB_FAIL("{}: not valid JSON ({})", source, e.what());
+  }
+  PLUMB_CHECK(root.is_object(), "{}: expected a JSON object", source);
+  PLUMB_CHECK(!c.fp8.has_value(), "{}: a ModelOpt quantization beside config.json's fp8 quantization_config", source);
+  parse_modelopt(FieldReader(FieldReader(root, source).object("quantization"), source + ": quantization"), c);
+}
+
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   PLUMB_CHECK(std::filesystem::exists(path), "cannot open {} (is {} a model folder?)", path, model_dir);
-  return parse_model_config(read_regular_file(path), path);
+  ModelConfig c = parse_model_config(read_regular_file(path), path);
+  // ModelOpt's exports describe their quantization in a file of their own.
+  const std::string quant_path = model_dir + "/hf_quant_config.json";
+  if (const auto text = read_regular_file_if_exists(quant_path)) parse_hf_quant_config(*text, quant_path, c);
+  return c;
 }
 
 }  // namespace plumb

@@ -25,6 +25,14 @@ struct Fp8Quantization {
   int64_t block_cols = 128;  // weight_block_size[1], along the input features
 };
 
+// NVIDIA ModelOpt NVFP4 weights (hf_quant_config.json "quant_algo": "NVFP4", or config.json's quantization_config
+// with "quant_method": "modelopt"): a quantized projection stores packed E2M1 pairs (U8 [N, K/2]), an E4M3 scale per
+// group of 16 along K (weight_scale [N, K/16]) and one F32 scale for the whole weight (weight_scale_2).
+struct Nvfp4Quantization {
+  int64_t group_size = 16;
+  std::vector<std::string> exclude_modules;  // modules left unquantized, as written ('*' matches any run of characters)
+};
+
 struct ModelConfig {
   std::string model_type;  // as written in config.json (the wrapper's, for qwen3_5 / qwen3_5_moe)
   ModelFamily family = ModelFamily::kQwen3Next;
@@ -64,6 +72,7 @@ struct ModelConfig {
   std::vector<LayerKind> layer_types;  // [num_layers]
   std::vector<MlpKind> mlp_kinds;      // [num_layers]
   std::optional<Fp8Quantization> fp8;
+  std::optional<Nvfp4Quantization> nvfp4;
   std::vector<int64_t> eos_token_ids;
 
   // Derived sizes.
@@ -76,7 +85,10 @@ struct ModelConfig {
 
 // Parses config.json text; `source` names the file in error messages.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
-// Reads and parses DIR/config.json.
+// Applies the text of a ModelOpt hf_quant_config.json (its "quantization" object) to a parsed config; `source` names
+// the file in error messages.
+void parse_hf_quant_config(const std::string& json_text, const std::string& source, ModelConfig& c);
+// Reads and parses DIR/config.json, and DIR/hf_quant_config.json where there is one.
 ModelConfig load_model_config(const std::string& model_dir);
 
 const char* layer_kind_name(LayerKind kind);

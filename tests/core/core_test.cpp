@@ -33,7 +33,7 @@ float from_bits(uint32_t u) {
 }
 
 TEST(DTypeTest, NamesRoundTrip) {
-  for (const DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI32, DType::kI64}) {
+  for (const DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kI32, DType::kI64, DType::kU8}) {
     DType parsed;
     ASSERT_TRUE(parse_dtype(dtype_name(d), &parsed)) << dtype_name(d);
     EXPECT_EQ(parsed, d);
@@ -43,6 +43,7 @@ TEST(DTypeTest, NamesRoundTrip) {
   EXPECT_FALSE(parse_dtype("f32", &parsed));
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);
   EXPECT_EQ(dtype_size(DType::kI64), 8u);
+  EXPECT_EQ(dtype_size(DType::kU8), 1u);
   int32_t i = 1;
   float f;
   EXPECT_THROW(convert_to_f32(DType::kI32, &i, &f, 1), Error);

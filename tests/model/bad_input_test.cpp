@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/generate.h"
 #include "support/fixtures.h"
+#include "support/load_error.h"
 #include "support/synthetic_model.h"
 
 namespace plumb {
@@ -29,13 +30,7 @@ class BadInput : public ::testing::Test {
   // The message of the error loading the folder raises ("(loaded)" if it loads).
   std::string load_error() {
     test::write_model_folder(dir_, config_, tensors_);
-    try {
-      CpuBackend backend;
-      open_model(dir_, backend);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(loaded)";
+    return test::load_error_of(dir_);
   }
   test::NamedTensor& tensor(const std::string& name) {
     for (auto& t : tensors_)
