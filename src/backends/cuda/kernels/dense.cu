@@ -71,6 +71,16 @@ __device__ __forceinline__ void store_vec(float* dst, const float (&v)[kVec]) {
   }
 }
 
+// Copies n values of one row from src to dst (widened to F32), kVec at a time, by the block's kThreads threads.
+template <int kVec, typename Element>
+__device__ __forceinline__ void copy_row(const Element* src, float* dst, int64_t n) {
+  for (int64_t c = static_cast<int64_t>(threadIdx.x) * kVec; c < n; c += kThreads * kVec) {
+    float v[kVec];
+    load_vec<kVec>(src + c, v);
+    store_vec<kVec>(dst + c, v);
+  }
+}
+
 // ---- embedding -------------------------------------------------------------------------------------------------
 
 // Block t copies row ids[t] of the table into out[t], widening BF16 exactly.
@@ -82,11 +92,7 @@ __global__ void __launch_bounds__(kThreads) embedding_kernel(EmbeddingParams p) 
   if constexpr (kFault == KernelFault::kEmbeddingRowOffByOne) id = (id + 1) % p.vocab;
   const Element* row = static_cast<const Element*>(p.table) + id * p.hidden;  // [hidden]
   float* out = p.out + t * p.hidden;                                          // [hidden]
-  for (int64_t c = static_cast<int64_t>(threadIdx.x) * kVec; c < p.hidden; c += kThreads * kVec) {
-    float v[kVec];
-    load_vec<kVec>(row + c, v);
-    store_vec<kVec>(out + c, v);
-  }
+  copy_row<kVec>(row, out, p.hidden);
 }
 
 template <KernelFault kFault>
@@ -307,11 +313,7 @@ __global__ void __launch_bounds__(kThreads) slice_columns_kernel(SliceColumnsPar
   const int64_t begin = kFault == KernelFault::kSliceColumnsOneLate ? p.begin + 1 : p.begin;
   const float* src = p.src + r * p.cols + begin;  // [width]
   float* dst = p.dst + r * p.width;               // [width]
-  for (int64_t c = static_cast<int64_t>(threadIdx.x) * kVec; c < p.width; c += kThreads * kVec) {
-    float v[kVec];
-    load_vec<kVec>(src + c, v);
-    store_vec<kVec>(dst + c, v);
-  }
+  copy_row<kVec>(src, dst, p.width);
 }
 
 template <KernelFault kFault>

@@ -192,6 +192,16 @@ __device__ __forceinline__ void store_output_tile(const LinearParams& p, int row
   for_tile(p.n, row0, row_end, feature, d, [&](int row, int f, float v) { store_output<kFault>(p, row, f, v); });
 }
 
+// Starts a warp's running sums at -0, the identity of F32 addition, so that the first slice's sum is its partial sum
+// exactly.
+template <int kNTiles>
+__device__ __forceinline__ void start_running_sums(float (&sum)[kNTiles][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
+}
+
 // Ends slice `slice` of a tile: its accumulator `acc` is added to the running sum `sum` (which starts at -0, the
 // identity of F32 addition, so the first slice's sum is its partial sum exactly), or, in a split product, stored as
 // the slice's partial sums for the fold; then it restarts from zero.

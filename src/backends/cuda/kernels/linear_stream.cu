@@ -105,10 +105,7 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   static_assert(S::kRing % kSliceChunks == 0, "a ring of whole slices keeps their ends at fixed slots");
   float acc[S::kNTiles][4] = {};
   float sum[S::kNTiles][4];
-#pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
+  start_running_sums(sum);
   for (int s = 0; s < slabs; ++s) {
     // Slab s + 1 goes into the buffer slab s - 1 used, which the barrier ending the last round freed.
     if (s + 1 < slabs) {
@@ -260,10 +257,7 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 
   float acc[S::kNTiles][4] = {};
   float sum[S::kNTiles][4];
-#pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
+  start_running_sums(sum);
   for (int s = 0; s < stages; ++s) {
     // Stage s has landed for this thread; the barrier makes its activations everyone's and frees the buffer read last
     // round.
