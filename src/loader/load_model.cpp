@@ -38,14 +38,25 @@ std::string scale_name_of(const std::string& weight_name) {
 }
 
 // Whether `text` matches `pattern`, in which '*' stands for any run of characters (ModelOpt's exclude_modules).
+// Backtracks only to the last star, so a pattern a stranger wrote costs at most pattern × text steps.
 bool matches_glob(std::string_view pattern, std::string_view text) {
-  if (pattern.empty()) return text.empty();
-  if (pattern.front() == '*') {
-    for (size_t skip = 0; skip <= text.size(); ++skip)
-      if (matches_glob(pattern.substr(1), text.substr(skip))) return true;
-    return false;
+  size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (p < pattern.size() && pattern[p] == text[t]) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
   }
-  return !text.empty() && pattern.front() == text.front() && matches_glob(pattern.substr(1), text.substr(1));
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
 }
 
 // The scales of an NVFP4 weight: [N, K / 16] E4M3, one F32, and the activation scale plumb does not use (the

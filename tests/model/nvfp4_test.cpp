@@ -205,6 +205,15 @@ TEST_F(Nvfp4, RefusesAnExcludedModuleStoredPacked) {
   EXPECT_THAT(load_error(), AllOf(HasSubstr("model.layers.2.self_attn.o_proj"), HasSubstr("exclude_modules")));
 }
 
+TEST_F(Nvfp4, MatchesExclusionsByGlobInTimeLinearInTheirLength) {
+  // Neither pattern names a quantized module; the second would take exponential time to a recursive matcher.
+  quant_config_ = hf_quant_config({"model.layers.1.*", "*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*Z"});
+  EXPECT_EQ(load_error(), "(loaded)");
+  quant_config_ = hf_quant_config({"*.experts.*_proj"});
+  EXPECT_THAT(load_error(),
+              AllOf(HasSubstr("model.layers.0.mlp.experts.0.gate_proj"), HasSubstr("'*.experts.*_proj'")));
+}
+
 TEST_F(Nvfp4, RefusesOtherAlgorithmsAndGroupSizes) {
   quant_config_["quantization"]["quant_algo"] = "W4A8_AWQ";
   EXPECT_THAT(load_error(),
