@@ -148,8 +148,8 @@ double copy_gbps(cudaStream_t stream) {
   void *a = nullptr, *b = nullptr;
   check(cudaMalloc(&a, bytes), "cudaMalloc copy");
   check(cudaMalloc(&b, bytes), "cudaMalloc copy");
-  const double us =
-      median_us(stream, 20, [&](int) { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy"); });
+  const double us = median_us(
+      stream, 20, [&](int) { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "copy"); });
   cudaFree(a);
   cudaFree(b);
   return 2.0 * bytes / (us * 1e3);
@@ -164,9 +164,8 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
 
-  const int sizes[][2] = {{32, 2048},   {8192, 2048}, {4096, 2048}, {2048, 4096},
-                          {512, 2048},  {256, 2048},  {1024, 2048}, {2048, 512},
-                          {151936, 2048}, {248320, 2048}};
+  const int sizes[][2] = {{32, 2048},  {8192, 2048}, {4096, 2048}, {2048, 4096},   {512, 2048},
+                          {256, 2048}, {1024, 2048}, {2048, 512},  {151936, 2048}, {248320, 2048}};
   const int rows_list[] = {1, 4, 16, 32, 64, 4096};
   std::vector<Result> results;
   bool all_ok = true;
@@ -220,8 +219,8 @@ int main(int argc, char** argv) {
       copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
 
       LinearParams p;
-      p.shape = plumb::cuda::choose_linear_shape(true, t, t, n, sms);
-      p.w_bf16 = true;
+      p.shape = plumb::cuda::choose_linear_shape(plumb::cuda::LinearWeights::kBF16, t, t, n, sms);
+      p.w_type = plumb::cuda::LinearWeights::kBF16;
       p.y = y;
       p.rows = t;
       p.n = n;

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -111,6 +112,23 @@ float fp8_e4m3_to_f32(uint8_t bits) {
     value = std::ldexp(static_cast<float>(mantissa | 0x8u), static_cast<int>(exponent) - 10);
   }
   return sign ? -value : value;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a == 0.0f) return sign;
+  if (a >= 448.0f) return sign | 0x7e;
+  int e = 0;
+  std::frexp(a, &e);  // a = m · 2^e, m in [0.5, 1)
+  // Exponent of the leading bit, at least the subnormals' -6; the spacing there is 2^(exp - 3).
+  const int exp = std::max(e - 1, -6);
+  // a / spacing is exact in float; nearbyint rounds it to nearest even.
+  const auto q = static_cast<int>(std::nearbyint(std::ldexp(a, 3 - exp)));  // 0..16
+  if (exp == -6 && q < 8) return sign | static_cast<uint8_t>(q);            // subnormal (or zero)
+  const int field = exp + 7 + (q == 16 ? 1 : 0);
+  return sign | static_cast<uint8_t>(field << 3 | ((q == 16 ? 8 : q) - 8));
 }
 
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {

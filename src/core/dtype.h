@@ -38,6 +38,8 @@ float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float f);
 // OCP FP8 E4M3 ("fn": no infinities, 0x7f / 0xff are NaN, max finite 448).
 float fp8_e4m3_to_f32(uint8_t bits);
+// The nearest E4M3 value (ties to even), saturating: beyond ±448 gives ±448 (PTX cvt.rn.satfinite); NaN gives 0x7f.
+uint8_t f32_to_fp8_e4m3(float f);
 
 // Converts n elements of src (of type dtype) to float. Supports the float types above.
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n);

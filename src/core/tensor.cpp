@@ -1,8 +1,11 @@
 #include "core/tensor.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace plumb {
 
@@ -55,12 +58,82 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   Shape s = shape_;
   s[0] = end - begin;
   const size_t row_bytes = static_cast<size_t>(shape_numel(shape_) / (shape_[0] ? shape_[0] : 1)) * dtype_size(dtype_);
-  return Tensor(dtype_, std::move(s), device_, static_cast<char*>(data_) + begin * row_bytes, owner_);
+  Tensor view(dtype_, std::move(s), device_, static_cast<char*>(data_) + begin * row_bytes, owner_);
+  if (scales_) view.scales_ = std::make_shared<const Tensor>(scales_->rows(begin, end));
+  return view;
 }
 
 Tensor Tensor::reshape(Shape shape) const {
   PLUMB_CHECK(shape_numel(shape) == numel(), "cannot reshape {} to {}", shape_str(shape_), shape_str(shape));
-  return Tensor(dtype_, std::move(shape), device_, data_, owner_);
+  Tensor view(dtype_, shape, device_, data_, owner_);
+  if (scales_) {
+    PLUMB_CHECK(!shape.empty() && shape.back() == shape_.back(),
+                "cannot reshape an FP8 weight {} to {}: its block scales follow its last dimension", shape_str(shape_),
+                shape_str(shape));
+    Shape scale_shape = shape;
+    scale_shape.back() = scales_->shape().back();
+    view.scales_ = std::make_shared<const Tensor>(scales_->reshape(std::move(scale_shape)));
+  }
+  return view;
+}
+
+Shape Tensor::block_scales_shape(const Shape& shape) {
+  Shape scales = shape;
+  if (!scales.empty()) scales.back() = (shape.back() + kWeightScaleBlockK - 1) / kWeightScaleBlockK;
+  return scales;
+}
+
+Tensor Tensor::with_block_scales(Tensor scales) const {
+  PLUMB_CHECK(needs_block_scales(dtype_, shape_),
+              "block scales belong to an F8_E4M3 weight of rank 2 or more, not {} {}", dtype_name(dtype_),
+              shape_str(shape_));
+  const Shape want = block_scales_shape(shape_);
+  PLUMB_CHECK(scales.dtype() == DType::kF32 && scales.shape() == want && scales.device() == device_,
+              "block scales of a weight {} must be F32 {} on its device, not {} {}", shape_str(shape_), shape_str(want),
+              dtype_name(scales.dtype()), shape_str(scales.shape()));
+  Tensor out = *this;
+  out.scales_ = std::make_shared<const Tensor>(std::move(scales));
+  return out;
+}
+
+Tensor expand_fp8_rows(const Tensor& bytes, const Tensor& row_scales, int64_t block_k) {
+  PLUMB_CHECK(bytes.device() == Device::kCpu && row_scales.device() == Device::kCpu &&
+                  bytes.dtype() == DType::kF8E4M3 && row_scales.dtype() == DType::kF32 && bytes.rank() >= 1 &&
+                  block_k > 0,
+              "expand_fp8_rows: host F8_E4M3 bytes and F32 scales, not {} {} and {} {}", dtype_name(bytes.dtype()),
+              shape_str(bytes.shape()), dtype_name(row_scales.dtype()), shape_str(row_scales.shape()));
+  const int64_t cols = bytes.dim(-1), rows = cols > 0 ? bytes.numel() / cols : 0;
+  const int64_t scale_cols = (cols + block_k - 1) / block_k;
+  PLUMB_CHECK(row_scales.numel() == rows * scale_cols && row_scales.dim(-1) == scale_cols,
+              "expand_fp8_rows: scales {} for {} rows of {} in blocks of {}", shape_str(row_scales.shape()), rows, cols,
+              block_k);
+  // All 256 E4M3 values, so the inner loop is a table lookup.
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = fp8_e4m3_to_f32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  Tensor out = Tensor::zeros(DType::kF32, bytes.shape());
+  const auto* w = bytes.data_as<const uint8_t>();      // [rows, cols]
+  const float* s = row_scales.data_as<const float>();  // [rows, scale_cols]
+  float* o = out.f32();                                // [rows, cols]
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cols));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t b = 0; b < scale_cols; ++b) {
+        const float scale = s[r * scale_cols + b];
+        const int64_t c_end = std::min(cols, (b + 1) * block_k);
+        for (int64_t c = b * block_k; c < c_end; ++c) o[r * cols + c] = table[w[r * cols + c]] * scale;
+      }
+    }
+  });
+  return out;
+}
+
+Tensor widen_fp8_weight(const Tensor& weight) {
+  PLUMB_CHECK(weight.block_scales() != nullptr, "an F8_E4M3 weight {} has no block scales to widen it with",
+              shape_str(weight.shape()));
+  return expand_fp8_rows(weight, *weight.block_scales(), kWeightScaleBlockK);
 }
 
 }  // namespace plumb

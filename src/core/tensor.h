@@ -17,6 +17,10 @@ enum class Device { kCpu, kCuda };
 
 using Shape = std::vector<int64_t>;
 
+// The K-width of an FP8 weight's block scales: the matrix products' K-slice (backends/cuda/kernels/linear.h), where a
+// slice's partial sum takes its multiplier.
+constexpr int64_t kWeightScaleBlockK = 128;
+
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2, 3]"
 
@@ -37,6 +41,8 @@ class Tensor {
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // The bytes a product reads: nbytes() and an FP8 weight's block scales.
+  size_t bytes_with_scales() const { return nbytes() + (scales_ ? scales_->nbytes() : 0); }
   bool defined() const { return data_ != nullptr || numel() == 0; }
 
   void* data() const { return data_; }
@@ -49,8 +55,23 @@ class Tensor {
 
   // Rows [begin, end) of the outermost dimension, sharing memory.
   Tensor rows(int64_t begin, int64_t end) const;
-  // The same memory under another shape with the same element count.
+  // The same memory under another shape with the same element count. A tensor with block scales keeps them only
+  // under a shape with the same last dimension.
   Tensor reshape(Shape shape) const;
+
+  // An FP8 (F8_E4M3) weight's multipliers, kept beside its bytes: [..., N, ceil(K / kWeightScaleBlockK)] F32 on the
+  // same device for a weight [..., N, K], one per output row and K-slice (a checkpoint's 128 x 128 block scale is
+  // repeated over its block's rows, so row views, stacks and row permutations carry their scales with them). Element
+  // [n, k] means fp8(w[n, k]) * scales[n, k / 128]. nullptr for any other tensor. Views share them.
+  const Tensor* block_scales() const { return scales_.get(); }
+  // This tensor with `scales` attached (shape and dtype checked as above).
+  Tensor with_block_scales(Tensor scales) const;
+  // The shape of the block scales of a weight of `shape`; whether a backend's new tensor of `dtype` and `shape` is an
+  // FP8 weight, which every backend makes with room for its scales.
+  static Shape block_scales_shape(const Shape& shape);
+  static bool needs_block_scales(DType dtype, const Shape& shape) {
+    return dtype == DType::kF8E4M3 && shape.size() >= 2;
+  }
 
  private:
   DType dtype_ = DType::kF32;
@@ -58,6 +79,14 @@ class Tensor {
   Device device_ = Device::kCpu;
   void* data_ = nullptr;
   std::shared_ptr<void> owner_;
+  std::shared_ptr<const Tensor> scales_;
 };
+
+// F8_E4M3 bytes [..., K] widened to F32 with a multiplier per row and `block_k`-wide run of K: out[r, k] =
+// fp8(bytes[r, k]) * row_scales[r, k / block_k], each product rounded once. row_scales: F32 [rows, ceil(K / block_k)]
+// (rows: every dimension but the last). Host tensors.
+Tensor expand_fp8_rows(const Tensor& bytes, const Tensor& row_scales, int64_t block_k);
+// An FP8 weight with its block scales, widened to F32 (expand_fp8_rows with kWeightScaleBlockK).
+Tensor widen_fp8_weight(const Tensor& weight);
 
 }  // namespace plumb

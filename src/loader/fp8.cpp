@@ -1,13 +1,12 @@
-// Fine-grained block FP8 weights (DeepSeek-V3 style, as in the Qwen3-Next "-FP8" checkpoints; spec section 9):
-// expands an F8_E4M3 weight and its per-block dequantisation multipliers (weight_scale_inv) to F32, after checking
-// that the two agree in shape and that no multiplier is NaN or infinite.
+// Fine-grained block FP8 weights (DeepSeek-V3 style, as in the Qwen3-Next "-FP8" checkpoints; spec section 9): checks
+// that an F8_E4M3 weight and its per-block dequantisation multipliers (weight_scale_inv) agree in shape and that no
+// multiplier is NaN or infinite, then keeps the weight in its bytes with a multiplier per row and 128-wide K-slice, or
+// (other block widths) expands it to F32.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
-#include "core/parallel.h"
 #include "loader/safetensors.h"
 
 namespace plumb {
@@ -17,20 +16,10 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return a / b + (a % b != 0);
 }
 
-// All 256 E4M3 values, so the inner loop is a table lookup.
-const std::array<float, 256>& fp8_e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[i] = fp8_e4m3_to_f32(static_cast<uint8_t>(i));
-    return t;
-  }();
-  return table;
-}
-
 }  // namespace
 
-Tensor dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
-                             const std::string& name) {
+Tensor fp8_row_scales(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
+                      const std::string& name) {
   PLUMB_CHECK(weight.device() == Device::kCpu && scale_inv.device() == Device::kCpu,
               "{}: FP8 dequantization reads host tensors", name);
   PLUMB_CHECK(weight.dtype() == DType::kF8E4M3, "{}: expected an F8_E4M3 weight, got {}", name,
@@ -54,26 +43,34 @@ Tensor dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv, int6
     PLUMB_CHECK(std::isfinite(scales[i]), "{}: weight_scale_inv[{}, {}] is {}", name,
                 static_cast<int64_t>(i) / scale_cols, static_cast<int64_t>(i) % scale_cols, scales[i]);
   }
-
-  Tensor out = Tensor::zeros(DType::kF32, {rows, cols});
-  const auto* w = weight.data_as<const uint8_t>();  // [rows, cols]
-  float* o = out.f32();                             // [rows, cols]
-  const std::array<float, 256>& table = fp8_e4m3_table();
-  // W[r, c] = fp8(Wq[r, c]) * s[r / block_rows, c / block_cols]; the last block of a row or column may be partial.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cols));
-  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const uint8_t* w_row = w + r * cols;
-      const float* s_row = scales.data() + (r / block_rows) * scale_cols;
-      float* o_row = o + r * cols;
-      for (int64_t b = 0; b < scale_cols; ++b) {
-        const float s = s_row[b];
-        const int64_t c_end = std::min(cols, (b + 1) * block_cols);
-        for (int64_t c = b * block_cols; c < c_end; ++c) o_row[c] = table[w_row[c]] * s;
-      }
-    }
-  });
+  Tensor out = Tensor::zeros(DType::kF32, {rows, scale_cols});  // [rows, scale_cols]
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(scales.data() + (r / block_rows) * scale_cols, scale_cols, out.f32() + r * scale_cols);
   return out;
+}
+
+Tensor dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
+                             const std::string& name) {
+  return expand_fp8_rows(weight, fp8_row_scales(weight, scale_inv, block_rows, block_cols, name), block_cols);
+}
+
+bool fp8_blocks_follow_slices(int64_t k, int64_t block_cols) {
+  return block_cols % kWeightScaleBlockK == 0 || k <= block_cols;
+}
+
+Tensor fp8_weight_with_scales(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
+                              const std::string& name) {
+  const Tensor blocks = fp8_row_scales(weight, scale_inv, block_rows, block_cols, name);  // [N, ceil(K / block_cols)]
+  const int64_t rows = weight.dim(0), k = weight.dim(1);
+  PLUMB_CHECK(fp8_blocks_follow_slices(k, block_cols),
+              "{}: FP8 blocks {} wide do not cover whole {}-wide K-slices of a weight {}", name, block_cols,
+              kWeightScaleBlockK, shape_str(weight.shape()));
+  const int64_t slices = (k + kWeightScaleBlockK - 1) / kWeightScaleBlockK;
+  Tensor scales = Tensor::zeros(DType::kF32, {rows, slices});  // [N, slices]: slice s lies in block s·128 / block_cols
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t s = 0; s < slices; ++s)
+      scales.f32()[r * slices + s] = blocks.f32()[r * blocks.dim(1) + s * kWeightScaleBlockK / block_cols];
+  return weight.with_block_scales(scales);
 }
 
 }  // namespace plumb

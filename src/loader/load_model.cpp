@@ -98,7 +98,8 @@ Tensor read_nvfp4(const CheckpointFiles& files, const ModelConfig& c, const Weig
                           slot.name);
 }
 
-// The checkpoint tensor for one slot as a host tensor: dtype checked, FP8 dequantized, parameters in F32.
+// The checkpoint tensor for one slot as a host tensor: dtype checked, FP8 with its block scales (or dequantized),
+// NVFP4 dequantized, parameters in F32.
 Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const WeightSlot& slot,
                  std::set<std::string>& used) {
   const TensorInfo& info = files.info(slot.name);
@@ -120,7 +121,11 @@ Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const Weigh
       const std::string scale = scale_name_of(slot.name);
       PLUMB_CHECK(files.contains(scale), "FP8 tensor '{}' in {} has no '{}'", slot.name, info.file, scale);
       used.insert(scale);
-      t = dequantize_fp8_blocks(t, files.tensor(scale), c.fp8->block_rows, c.fp8->block_cols, slot.name);
+      // Blocks that follow the products' K-slices stay in their bytes (the backend widens them or multiplies each
+      // slice's partial sums); others expand to F32 here.
+      t = fp8_blocks_follow_slices(info.shape[1], c.fp8->block_cols)
+              ? fp8_weight_with_scales(t, files.tensor(scale), c.fp8->block_rows, c.fp8->block_cols, slot.name)
+              : dequantize_fp8_blocks(t, files.tensor(scale), c.fp8->block_rows, c.fp8->block_cols, slot.name);
       break;
     }
     default:

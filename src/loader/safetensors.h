@@ -52,6 +52,17 @@ class CheckpointFiles {
 // `name` names the weight in error messages.
 Tensor dequantize_fp8_blocks(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
                              const std::string& name);
+// The checked multipliers of an FP8 weight [N, K] repeated for every row: F32 [N, ceil(K / block_cols)], row n holding
+// scale_inv's row n / block_rows. Refuses what dequantize_fp8_blocks refuses.
+Tensor fp8_row_scales(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
+                      const std::string& name);
+// Whether every kWeightScaleBlockK-wide K-slice (the products' slice) of a weight with k columns lies in one FP8
+// block column: blocks a multiple of the slice wide, or one block across all of k.
+bool fp8_blocks_follow_slices(int64_t k, int64_t block_cols);
+// An FP8 weight kept in its bytes, with its multipliers per row and K-slice as block scales (Tensor::block_scales),
+// for blocks that follow the slices (above; refused otherwise, naming the weight).
+Tensor fp8_weight_with_scales(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
+                              const std::string& name);
 
 // The value of one E2M1 code (bit 3 the sign, then two exponent bits and one mantissa bit): ±{0, 0.5, 1, 1.5, 2, 3,
 // 4, 6}.

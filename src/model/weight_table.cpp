@@ -7,13 +7,15 @@
 namespace plumb {
 namespace {
 
-// Copies source rows into a new host tensor in the order `row_order` lists them.
+// Copies source rows into a new host tensor in the order `row_order` lists them; an FP8 weight's block scales
+// move with their rows.
 Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order) {
   Tensor out = Tensor::zeros(from.dtype(), from.shape());
   const size_t row_bytes = from.nbytes() / static_cast<size_t>(from.dim(0));
   for (size_t r = 0; r < row_order.size(); ++r)
     std::memcpy(static_cast<char*>(out.data()) + r * row_bytes,
                 static_cast<const char*>(from.data()) + static_cast<size_t>(row_order[r]) * row_bytes, row_bytes);
+  if (const Tensor* scales = from.block_scales()) out = out.with_block_scales(gather_rows(*scales, row_order));
   return out;
 }
 

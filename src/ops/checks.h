@@ -12,6 +12,17 @@
 
 namespace plumb {
 
+// The first step of every backend's copy: an FP8 weight's block scales travel with it, so both tensors must have
+// them or neither, and they are copied too.
+inline void copy_block_scales(Backend& backend, const Tensor& src, Tensor& dst) {
+  PLUMB_CHECK((src.block_scales() == nullptr) == (dst.block_scales() == nullptr),
+              "copy: an FP8 weight {} and {} must both have block scales or neither", shape_str(src.shape()),
+              shape_str(dst.shape()));
+  if (src.block_scales() == nullptr) return;
+  Tensor dst_scales = *dst.block_scales();
+  backend.copy(*src.block_scales(), dst_scales);
+}
+
 // Checks a tensor's shape, naming the op and the argument.
 inline void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
   PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));

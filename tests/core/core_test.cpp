@@ -17,6 +17,7 @@
 #include "core/hash.h"
 #include "core/npy.h"
 #include "core/parallel.h"
+#include "core/tensor.h"
 #include "support/fixtures.h"
 
 namespace plumb {
@@ -235,6 +236,83 @@ TEST(HashTest, Fnv1a64MatchesPublishedValues) {
   EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
   // Hashing in pieces continues from the running value.
   EXPECT_EQ(fnv1a64("bar", 3, fnv1a64("foo", 3)), fnv1a64("foobar", 6));
+}
+
+}  // namespace
+}  // namespace plumb
+
+namespace plumb {
+namespace {
+
+// An FP8 weight's block scales follow its rows through views (rows of a stack, an expert of a 3-D stack reshaped to a
+// matrix), are refused in the wrong shape, dtype or place, and forbid a reshape that moves its last dimension.
+TEST(TensorBlockScalesTest, ViewsCarryTheirRowsScales) {
+  Tensor bytes = Tensor::zeros(DType::kF8E4M3, {3, 4, 300});  // 3 experts of [4, 300]: 3 slices a row
+  Tensor scales = Tensor::zeros(DType::kF32, {3, 4, 3});
+  for (int64_t i = 0; i < scales.numel(); ++i) scales.f32()[i] = static_cast<float>(i);
+  const Tensor w = bytes.with_block_scales(scales);
+  ASSERT_NE(w.block_scales(), nullptr);
+  const Tensor expert = w.rows(1, 2).reshape({4, 300});
+  ASSERT_NE(expert.block_scales(), nullptr);
+  EXPECT_EQ(expert.block_scales()->shape(), Shape({4, 3}));
+  EXPECT_EQ(expert.block_scales()->f32()[0], 12.0f);  // expert 1, row 0, slice 0
+  const Tensor rows = expert.rows(2, 4);
+  EXPECT_EQ(rows.block_scales()->f32()[0], 18.0f);  // expert 1, row 2, slice 0
+  EXPECT_EQ(rows.block_scales()->shape(), Shape({2, 3}));
+  EXPECT_EQ(Tensor::zeros(DType::kF8E4M3, {2, 2}).block_scales(), nullptr);
+
+  EXPECT_THAT([&] { (void)w.reshape({3, 1200}); }, ThrowsMessage<Error>(HasSubstr("last dimension")));
+  EXPECT_THAT(
+      [&] {
+        (void)bytes.with_block_scales(Tensor::zeros(DType::kF32, {3, 4, 2}));
+      },
+      ThrowsMessage<Error>(HasSubstr("[3, 4, 3]")));
+  EXPECT_THAT(
+      [&] {
+        (void)bytes.with_block_scales(Tensor::zeros(DType::kBF16, {3, 4, 3}));
+      },
+      ThrowsMessage<Error>(HasSubstr("F32")));
+  EXPECT_THAT(
+      [&] {
+        (void)Tensor::zeros(DType::kBF16, {4, 300}).with_block_scales(Tensor::zeros(DType::kF32, {4, 3}));
+      },
+      ThrowsMessage<Error>(HasSubstr("F8_E4M3")));
+}
+
+// widen_fp8_weight multiplies each code by its row's multiplier for the code's 128-wide slice.
+TEST(TensorBlockScalesTest, WidenAppliesEachSlicesMultiplier) {
+  Tensor bytes = Tensor::zeros(DType::kF8E4M3, {2, 130});
+  std::memset(bytes.data(), 0x38, bytes.nbytes());  // 1.0 everywhere
+  const Tensor w = bytes.with_block_scales(Tensor::from_f32({2.0f, 3.0f, 5.0f, 7.0f}, {2, 2}));
+  const Tensor f = widen_fp8_weight(w);
+  EXPECT_EQ(f.f32()[0], 2.0f);
+  EXPECT_EQ(f.f32()[127], 2.0f);
+  EXPECT_EQ(f.f32()[128], 3.0f);
+  EXPECT_EQ(f.f32()[130 + 5], 5.0f);
+  EXPECT_EQ(f.f32()[130 + 129], 7.0f);
+  EXPECT_THAT([&] { (void)widen_fp8_weight(bytes); }, ThrowsMessage<Error>(HasSubstr("no block scales")));
+}
+
+}  // namespace
+}  // namespace plumb
+
+namespace plumb {
+namespace {
+
+// Every finite E4M3 code survives the round trip through F32; halfway values round to the even code; values past the
+// largest finite one saturate to it and NaN stays NaN.
+TEST(Fp8RoundingTest, NearestEvenAndSaturating) {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;
+    EXPECT_EQ(f32_to_fp8_e4m3(fp8_e4m3_to_f32(static_cast<uint8_t>(code))), code) << code;
+  }
+  EXPECT_EQ(f32_to_fp8_e4m3(1.0625f), 0x38);                // halfway between 1 and 1.125: to even (1)
+  EXPECT_EQ(f32_to_fp8_e4m3(1.1875f), 0x3a);                // halfway between 1.125 and 1.25: to even (1.25)
+  EXPECT_EQ(f32_to_fp8_e4m3(std::ldexp(1.5f, -9)), 0x02);   // halfway between subnormals 1 and 2: to 2
+  EXPECT_EQ(f32_to_fp8_e4m3(std::ldexp(1.0f, -11)), 0x00);  // a quarter of the smallest subnormal: zero
+  EXPECT_EQ(f32_to_fp8_e4m3(-1e9f), 0xfe);
+  EXPECT_EQ(f32_to_fp8_e4m3(460.0f), 0x7e);
+  EXPECT_EQ(f32_to_fp8_e4m3(std::nanf("")), 0x7f);
 }
 
 }  // namespace

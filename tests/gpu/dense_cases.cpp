@@ -266,17 +266,20 @@ void elementwise_case(Context& c) {
 void random_uniform_case(Context& c) {
   const uint64_t seed = c.rng();
   const float lo = -0.75f, hi = 1.25f;
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
     const int64_t T = 1000, D = 77;
     auto fill = [&](Backend& be, const Shape& shape) {
-      Tensor t = poisoned(be, dtype, shape);
+      // FP8 codes come from empty(), which gives a weight room for its scales (the GPU's is poisoned).
+      Tensor t = dtype == DType::kF8E4M3 ? be.empty(dtype, shape) : poisoned(be, dtype, shape);
       be.random_uniform(t, seed, lo, hi);
       return fetch_f32(be, t);
     };
-    // lo + (hi − lo)·u: two roundings (or one fused) on each side; BF16 storage then rounds once more, and a one-ulp
-    // F32 difference may move that rounding by one BF16 ulp.
+    // lo + (hi − lo)·u: two roundings (or one fused) on each side; BF16 or E4M3 storage then rounds once more, and a
+    // one-ulp F32 difference may move that rounding by one BF16 ulp (2^-8 of the value) or E4M3 ulp (2^-3).
     const double scale = std::fabs(lo) + std::fabs(hi - lo);
-    const double b = dtype == DType::kBF16 ? kBf16Operand * scale : 4 * kF32Unit * scale;
+    const double b = dtype == DType::kBF16     ? kBf16Operand * scale
+                     : dtype == DType::kF8E4M3 ? 0x1.0p-3 * scale
+                                               : 4 * kF32Unit * scale;
     const std::string what = "random_uniform " + std::string(dtype_name(dtype));
     const Tensor got = fill(c.gpu, {T, D});
     c.verdict.close(what, got, fill(c.cpu, {T, D}), std::vector<double>(static_cast<size_t>(T * D), b));

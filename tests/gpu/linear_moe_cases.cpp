@@ -18,14 +18,52 @@ constexpr int64_t kRowCounts[] = {1, 63, 64, 65, 1000};
 // check runs), 16 (13), 32 (29) and 64 rows (63, 64), and the tiled prefill shapes (65, 1000).
 constexpr int64_t kLinearRowCounts[] = {1, 13, 29, 63, 64, 65, 1000};
 
-// An [N, K] weight of `dtype` with entries ~ N(0, 1/sqrt(K)), and the F32 values it stores.
+// A weight [..., N, K] of `dtype` and the F32 values it stores.
 struct Weight {
   Tensor stored;
   Tensor values;
 };
+
+// FP8 as checkpoints store it: E4M3 codes, every finite one equally likely (zeros and subnormals included; the two
+// NaN codes never), and a multiplier per 128 x 128 block of each [N, K] matrix, log-uniform within a factor of 4 of
+// 1 / (32 sqrt(K)), repeated over the block's rows as block scales. Neighbouring slices and 128-row blocks get
+// different multipliers, so a multiplier applied to the wrong slice or feature changes the result.
+Tensor random_fp8(std::mt19937_64& rng, const Shape& shape) {
+  Tensor codes = Tensor::zeros(DType::kF8E4M3, shape);
+  std::uniform_int_distribution<int> code(0, 253);
+  for (int64_t i = 0; i < codes.numel(); ++i) {
+    const int c = code(rng);
+    codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(c < 127 ? c : c + 1);  // skips 0x7f; 254 -> 0xff never
+  }
+  const int64_t K = shape.back(), N = shape[shape.size() - 2], slices = (K + 127) / 128;
+  const int64_t matrices = codes.numel() / std::max<int64_t>(N * K, 1), block_rows = (N + 127) / 128;
+  std::uniform_real_distribution<float> log4(-1.0f, 1.0f);
+  std::vector<float> blocks(static_cast<size_t>(matrices * block_rows * slices));
+  for (float& b : blocks) b = std::pow(4.0f, log4(rng)) / (32.0f * std::sqrt(static_cast<float>(K)));
+  Shape scale_shape = shape;
+  scale_shape.back() = slices;
+  Tensor scales = Tensor::zeros(DType::kF32, scale_shape);
+  for (int64_t m = 0; m < matrices; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < slices; ++s)
+        scales.f32()[(m * N + n) * slices + s] = blocks[static_cast<size_t>((m * block_rows + n / 128) * slices + s)];
+  return codes.with_block_scales(scales);
+}
+
+// Entries ~ N(0, 1/sqrt(K)) rounded to `dtype`, or random FP8 codes and multipliers (random_fp8).
 Weight random_weight(std::mt19937_64& rng, const Shape& shape, DType dtype) {
+  if (dtype == DType::kF8E4M3) {
+    const Tensor stored = random_fp8(rng, shape);
+    return {stored, widen_fp8_weight(stored)};
+  }
   const Tensor stored = to_dtype(normal(rng, shape, 1.0f / std::sqrt(static_cast<float>(shape.back()))), dtype);
   return {stored, to_f32(stored)};
+}
+
+// The kernels' name for a weight dtype.
+cuda::LinearWeights linear_weights(DType dtype) {
+  if (dtype == DType::kF8E4M3) return cuda::LinearWeights::kFp8;
+  return dtype == DType::kBF16 ? cuda::LinearWeights::kBF16 : cuda::LinearWeights::kF32;
 }
 
 // linear's bound for every element of x [T, K] times w [N, K].
@@ -70,24 +108,24 @@ void linear_case(Context& c, DType dtype) {
 // launch production chooses, which must be within linear's bound. The weights are the model's projections scaled down,
 // each awkward: N = 1030 x K = 264 (8192 x 2048: K a multiple of 8, not of 32), 258 x 1030 (2048 x 4096: K not a
 // multiple of 8, so no 16-byte loads), 130 x 2048, 33 x 77 and 1 x 40; no N a multiple of 16. A forced variant that
-// cannot take the rows must be refused.
-void linear_variants_case(Context& c) {
+// cannot take the rows must be refused. dtype BF16 or FP8 (264 is no multiple of 16, so FP8 loads it byte by byte).
+void linear_variants_case(Context& c, DType dtype) {
   for (auto [N, K] : {std::pair<int64_t, int64_t>{1030, 264}, {258, 1030}, {130, 2048}, {33, 77}, {1, 40}}) {
-    const Weight w = random_weight(c.rng, {N, K}, DType::kBF16);
+    const Weight w = random_weight(c.rng, {N, K}, dtype);
     for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}, int64_t{200}}) {
       const Tensor x = normal(c.rng, {T, K});
-      const std::string what =
-          "linear BF16 variants T=" + std::to_string(T) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
+      const std::string what = "linear " + std::string(dtype_name(dtype)) + " variants T=" + std::to_string(T) +
+                               " K=" + std::to_string(K) + " N=" + std::to_string(N);
       const Tensor chosen = run_linear(c.gpu, x, w, 0, T);
-      c.verdict.close(what + " as chosen", chosen, run_linear(c.cpu, x, w, 0, T), linear_bound(x, w, DType::kBF16));
-      for (const cuda::LinearVariant& v : cuda::linear_variants(true, T)) {
+      c.verdict.close(what + " as chosen", chosen, run_linear(c.cpu, x, w, 0, T), linear_bound(x, w, dtype));
+      for (const cuda::LinearVariant& v : cuda::linear_variants(linear_weights(dtype), T)) {
         const LinearVariantScope scope(c.gpu, v);
         c.verdict.same_bits(what + " " + linear_variant_label(v) + " vs as chosen", run_linear(c.gpu, x, w, 0, T),
                             chosen);
       }
     }
   }
-  const Weight w = random_weight(c.rng, {33, 77}, DType::kBF16);
+  const Weight w = random_weight(c.rng, {33, 77}, dtype);
   const Tensor x = normal(c.rng, {13, 77});
   const LinearVariantScope scope(c.gpu, {cuda::LinearShape::kStream8, cuda::LinearStreamKernel::kSharedRing, 0});
   try {
@@ -101,7 +139,7 @@ void linear_variants_case(Context& c) {
 // bytes linear gives it alone, at every row count and under every launch variant (each kernel's store into parts and
 // the split products' fold into them), and be within linear's bound of the CPU reference. Part widths are awkward
 // (37, 130, 5 and 1: no boundary on a 16-feature tile's edge); parts that are not adjacent in memory take one product
-// each. dtype BF16 or F32.
+// each. dtype BF16, FP8 or F32.
 void linear_parts_case(Context& c, DType dtype) {
   const int64_t widths[] = {37, 130, 5, 1};
   for (int64_t K : {int64_t{77}, int64_t{1030}}) {
@@ -148,8 +186,8 @@ void linear_parts_case(Context& c, DType dtype) {
       };
       judge("stacked", run_parts(true));
       judge("separate", run_parts(false));
-      if (dtype != DType::kBF16 || T > 65) continue;
-      for (const cuda::LinearVariant& v : cuda::linear_variants(true, T)) {
+      if (dtype == DType::kF32 || T > 65) continue;
+      for (const cuda::LinearVariant& v : cuda::linear_variants(linear_weights(dtype), T)) {
         const LinearVariantScope scope(c.gpu, v);
         judge("stacked " + linear_variant_label(v), run_parts(true));
       }
@@ -192,6 +230,47 @@ void linear_operand_rounding_case(Context& c) {
       const Tensor got = run(0, T);
       c.verdict.same_bits(what, got, want);
       check_rows_alone(c.verdict, what, got, run);
+    }
+  }
+}
+
+// linear with FP8 weights that each select one input column with one code, w[n, k] = code_n for k = perm(n) and 0
+// otherwise, multipliers 1: y[t, n] is exactly code_n · BF16(x[t, perm(n)]) (a 4-bit by 8-bit product, exact in F32),
+// so every launch variant must give it bit for bit. The rows hold every nonzero finite code (252 of them), so a code
+// the kernels widen wrongly (a subnormal flushed, a sign or exponent bit misplaced) fails here, where a bound over
+// Σ|x·w| could hide it. K = 300 puts the selected columns in all three slices.
+void linear_fp8_codes_case(Context& c) {
+  std::vector<uint8_t> codes;
+  for (int code = 1; code < 256; ++code)
+    if ((code & 0x7f) != 0 && (code & 0x7f) != 0x7f) codes.push_back(static_cast<uint8_t>(code));
+  const auto N = static_cast<int64_t>(codes.size());
+  const int64_t K = 300;
+  std::vector<int64_t> perm(static_cast<size_t>(K));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), c.rng);
+  Tensor bytes = Tensor::zeros(DType::kF8E4M3, {N, K});
+  for (int64_t n = 0; n < N; ++n) bytes.data_as<uint8_t>()[n * K + perm[n]] = codes[n];
+  Tensor scales = Tensor::zeros(DType::kF32, Tensor::block_scales_shape({N, K}));
+  for (int64_t i = 0; i < scales.numel(); ++i) scales.f32()[i] = 1.0f;
+  const Tensor w = c.gpu.upload(bytes.with_block_scales(scales));
+  for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}}) {
+    const Tensor x = normal(c.rng, {T, K});
+    const Tensor rounded = bf16_exact(x);
+    Tensor want = Tensor::zeros(DType::kF32, {T, N});
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n)
+        want.f32()[t * N + n] = fp8_e4m3_to_f32(codes[n]) * rounded.f32()[t * K + perm[n]];
+    const Tensor device_x = c.gpu.upload(x);
+    auto run = [&] {
+      Tensor y = poisoned(c.gpu, DType::kF32, {T, N});
+      c.gpu.linear(device_x, w, y);
+      return fetch_f32(c.gpu, y);
+    };
+    const std::string what = "linear FP8 codes T=" + std::to_string(T);
+    c.verdict.same_bits(what + " as chosen", run(), want);
+    for (const cuda::LinearVariant& v : cuda::linear_variants(cuda::LinearWeights::kFp8, T)) {
+      const LinearVariantScope scope(c.gpu, v);
+      c.verdict.same_bits(what + " " + linear_variant_label(v), run(), want);
     }
   }
 }
@@ -304,10 +383,10 @@ void moe_experts_case(Context& c, DType dtype) {
 // correctness against the reference is moe_experts_bf16's; this case holds the variants to each other. Both products
 // reduce over at least three K-slices, the last one short (H = 3·128 + 8, I = 2·128 + 8), so that a split's fold in
 // another order than slice order changes bits (two partial sums add the same either way round).
-void moe_experts_variants_case(Context& c) {
+void moe_experts_variants_case(Context& c, DType dtype) {
   const int64_t E = 7, top_k = 3, H = 392, I = 264;
-  const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, DType::kBF16);
-  const Weight down = random_weight(c.rng, {E, H, I}, DType::kBF16);
+  const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, dtype);
+  const Weight down = random_weight(c.rng, {E, H, I}, dtype);
   const ExpertWeights experts{c.gpu.upload(gate_up.stored), c.gpu.upload(down.stored)};
   for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}, int64_t{200}}) {
     const Tensor x = c.gpu.upload(normal(c.rng, {T, H}));
@@ -320,12 +399,12 @@ void moe_experts_variants_case(Context& c) {
       return fetch_f32(c.gpu, y);
     };
     const Tensor chosen = run();
-    for (const cuda::LinearVariant& v : cuda::linear_variants(true, T * top_k)) {
+    for (const cuda::LinearVariant& v : cuda::linear_variants(linear_weights(dtype), T * top_k)) {
       if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) continue;
       const LinearVariantScope scope(c.gpu, v);
-      c.verdict.same_bits(
-          "moe_experts BF16 variants T=" + std::to_string(T) + " " + linear_variant_label(v) + " vs as chosen", run(),
-          chosen);
+      c.verdict.same_bits("moe_experts " + std::string(dtype_name(dtype)) + " variants T=" + std::to_string(T) + " " +
+                              linear_variant_label(v) + " vs as chosen",
+                          run(), chosen);
     }
   }
 }
@@ -333,14 +412,24 @@ void moe_experts_variants_case(Context& c) {
 const CaseRegistrar reg_linear_f32("linear_f32", [](Context& c) { linear_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_bf16("linear_bf16", [](Context& c) { linear_case(c, DType::kBF16); });
 const CaseRegistrar reg_linear_f16("linear_f16", [](Context& c) { linear_case(c, DType::kF16); });
-const CaseRegistrar reg_linear_variants("linear_bf16_variants", linear_variants_case);
+const CaseRegistrar reg_linear_fp8("linear_fp8", [](Context& c) { linear_case(c, DType::kF8E4M3); });
+const CaseRegistrar reg_linear_variants("linear_bf16_variants",
+                                        [](Context& c) { linear_variants_case(c, DType::kBF16); });
+const CaseRegistrar reg_linear_fp8_variants("linear_fp8_variants",
+                                            [](Context& c) { linear_variants_case(c, DType::kF8E4M3); });
+const CaseRegistrar reg_linear_fp8_codes("linear_fp8_codes", linear_fp8_codes_case);
+const CaseRegistrar reg_linear_parts_fp8("linear_parts_fp8", [](Context& c) { linear_parts_case(c, DType::kF8E4M3); });
 const CaseRegistrar reg_linear_parts_bf16("linear_parts_bf16", [](Context& c) { linear_parts_case(c, DType::kBF16); });
 const CaseRegistrar reg_linear_parts_f32("linear_parts_f32", [](Context& c) { linear_parts_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_rounding("linear_bf16_operand_rounding", linear_operand_rounding_case);
 const CaseRegistrar reg_route("moe_route", moe_route_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
 const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_experts_case(c, DType::kF32); });
-const CaseRegistrar reg_experts_variants("moe_experts_bf16_variants", moe_experts_variants_case);
+const CaseRegistrar reg_experts_fp8("moe_experts_fp8", [](Context& c) { moe_experts_case(c, DType::kF8E4M3); });
+const CaseRegistrar reg_experts_variants("moe_experts_bf16_variants",
+                                         [](Context& c) { moe_experts_variants_case(c, DType::kBF16); });
+const CaseRegistrar reg_experts_fp8_variants("moe_experts_fp8_variants",
+                                             [](Context& c) { moe_experts_variants_case(c, DType::kF8E4M3); });
 
 const ControlRegistrar ctl_linear(cuda::KernelFault::kLinearDropsLastKTile, "linear_bf16");
 const ControlRegistrar ctl_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route");
@@ -362,6 +451,10 @@ const ControlRegistrar ctl_experts_reversed(cuda::KernelFault::kLinearSplitFolds
 const ControlRegistrar ctl_experts_dropped(cuda::KernelFault::kLinearSplitDropsSlice, "moe_experts_bf16_variants");
 const ControlRegistrar ctl_grouping(cuda::KernelFault::kExpertsGroupClampOffByOne, "moe_experts_f32");
 const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOfUp, "moe_experts_bf16");
+// A slice's partial sums times another slice's multipliers: out of bound wherever K has two slices or more (the
+// products of K = 2048, the experts' H = 136).
+const ControlRegistrar ctl_fp8_scale(cuda::KernelFault::kLinearFp8ScaleNextSlice, "linear_fp8");
+const ControlRegistrar ctl_experts_fp8_scale(cuda::KernelFault::kLinearFp8ScaleNextSlice, "moe_experts_fp8");
 
 }  // namespace
 }  // namespace plumb::harness

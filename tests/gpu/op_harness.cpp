@@ -12,7 +12,11 @@
 namespace plumb::harness {
 
 double operand_rounding(DType weight_dtype) {
-  return weight_dtype == DType::kBF16 ? kBf16Operand : 0.0;
+  if (weight_dtype == DType::kBF16) return kBf16Operand;
+  // FP8: the GPU's BF16 activations, its product of each slice's partial sum with the multiplier and the reference's
+  // product of each weight with it (one rounding each, relative to |x·w|).
+  if (weight_dtype == DType::kF8E4M3) return kBf16Operand + 2 * kF32Unit;
+  return 0.0;
 }
 
 double dot_bound(int64_t K, double abs_sum, DType weight_dtype) {

@@ -118,6 +118,34 @@ TEST(DequantizeFp8Test, MatchesPlainLoopWithPartialBlocks) {
   }
 }
 
+// Kept in its bytes, a weight carries one multiplier per row and 128-wide K-slice, and widens to exactly what
+// dequantize_fp8_blocks makes: for blocks a multiple of the slice wide (each slice in one block) and for blocks wider
+// than the whole row. Blocks narrower than a slice of a longer row are refused.
+TEST(DequantizeFp8Test, KeptBytesWidenToTheDequantizedWeight) {
+  const BlockCase cases[] = {
+      {129, 257, 128, 128}, {70, 300, 32, 256}, {5, 3, 128, 128}, {40, 30, 16, 32}, {3, 0, 2, 2}};
+  for (const BlockCase& c : cases) {
+    SCOPED_TRACE(fmt::format("[{}, {}] blocks [{}, {}]", c.rows, c.cols, c.block_rows, c.block_cols));
+    ASSERT_TRUE(fp8_blocks_follow_slices(c.cols, c.block_cols));
+    const Tensor w = random_fp8(c.rows, c.cols, static_cast<uint32_t>(c.rows * 7 + c.cols));
+    const Tensor s =
+        scales_in(DType::kBF16, (c.rows + c.block_rows - 1) / c.block_rows, (c.cols + c.block_cols - 1) / c.block_cols);
+    const Tensor kept = fp8_weight_with_scales(w, s, c.block_rows, c.block_cols, "w");
+    EXPECT_EQ(kept.dtype(), DType::kF8E4M3);
+    EXPECT_EQ(kept.data(), w.data());  // the bytes themselves, not a copy
+    ASSERT_NE(kept.block_scales(), nullptr);
+    EXPECT_EQ(kept.block_scales()->shape(), Shape({c.rows, (c.cols + 127) / 128}));
+    const Tensor widened = widen_fp8_weight(kept);
+    const Tensor want = dequantize_fp8_blocks(w, s, c.block_rows, c.block_cols, "w");
+    EXPECT_EQ(std::vector<float>(widened.f32(), widened.f32() + widened.numel()),
+              std::vector<float>(want.f32(), want.f32() + want.numel()));
+  }
+  EXPECT_FALSE(fp8_blocks_follow_slices(45, 32));
+  const Tensor w = random_fp8(4, 45, 3);
+  EXPECT_THAT([&] { fp8_weight_with_scales(w, scales_in(DType::kF32, 1, 2), 32, 32, "mlp.up_proj.weight"); },
+              ThrowsMessage<Error>(AllOf(HasSubstr("mlp.up_proj.weight"), HasSubstr("32 wide"))));
+}
+
 TEST(DequantizeFp8Test, EdgeBlocksUseTheirOwnScale) {
   // Every code is 1.0, so each output is exactly the scale of its block.
   Tensor w = Tensor::zeros(DType::kF8E4M3, {70, 45});

@@ -1,5 +1,5 @@
 // CpuRounding::kBf16Operands rounds exactly the operands the CUDA backend rounds (the activations of products with
-// BF16 weights, attention's queries, cached keys and values and its probabilities) and nothing else.
+// BF16 or FP8 weights, attention's queries, cached keys and values and its probabilities) and nothing else.
 #include <gtest/gtest.h>
 
 #include "backends/cpu/cpu_backend.h"
@@ -31,6 +31,27 @@ TEST_F(Bf16Operands, LinearRoundsTheActivationOfBf16WeightsOnly) {
   // F32 weights: the GPU's F32 kernel keeps x as it is.
   rounded_.linear(x, w32, got);
   exact_.linear(x, w32, want);
+  EXPECT_TRUE(test::same_bits(got, want));
+}
+
+// FP8 weights (codes with block scales) are read as the widened weights, w = fl(code · s): the product equals the one
+// over widen_fp8_weight's F32 matrix bit for bit, and kBf16Operands rounds its activation as the GPU does (its FP8
+// products run on BF16 tensor cores). K = 300 spans three K-slices with their own multipliers.
+TEST_F(Bf16Operands, Fp8WeightsAreTheirWidenedValuesAndRoundTheActivation) {
+  SCOPED_TRACE(trace());
+  const int64_t T = 3, K = 300, N = 9;
+  const Tensor x = test::random_tensor(rng_, {T, K});
+  Tensor codes = Tensor::zeros(DType::kF8E4M3, {N, K});
+  for (int64_t i = 0; i < N * K; ++i) codes.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + 11) % 126);
+  Tensor scales = Tensor::zeros(DType::kF32, Tensor::block_scales_shape({N, K}));
+  for (int64_t i = 0; i < scales.numel(); ++i) scales.f32()[i] = 0.001f * static_cast<float>(1 + i % 5);
+  const Tensor w8 = codes.with_block_scales(scales), w32 = widen_fp8_weight(w8);
+  Tensor got = Tensor::zeros(DType::kF32, {T, N}), want = Tensor::zeros(DType::kF32, {T, N});
+  exact_.linear(x, w8, got);
+  exact_.linear(x, w32, want);
+  EXPECT_TRUE(test::same_bits(got, want));
+  rounded_.linear(x, w8, got);
+  exact_.linear(test::bf16_exact(x), w32, want);
   EXPECT_TRUE(test::same_bits(got, want));
 }
 

@@ -9,10 +9,12 @@
 
 namespace plumb::test {
 
-// A host tensor that owns a copy of t's elements (t itself may be a view of shared memory).
+// A host tensor that owns a copy of t's elements (t itself may be a view of shared memory), and of an FP8 weight's
+// block scales.
 inline Tensor clone(const Tensor& t) {
   Tensor c = Tensor::zeros(t.dtype(), t.shape());
   std::memcpy(c.data(), t.data(), t.nbytes());
+  if (const Tensor* scales = t.block_scales()) c = c.with_block_scales(clone(*scales));
   return c;
 }
 

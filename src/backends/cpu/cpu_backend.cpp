@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/checks.h"
 
 namespace plumb {
 namespace cpu {
@@ -38,6 +39,11 @@ const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch)
   scratch.resize(static_cast<size_t>(k));
   const auto* base = static_cast<const unsigned char*>(w.data()) + static_cast<size_t>(n * k) * dtype_size(w.dtype());
   convert_to_f32(w.dtype(), base, scratch.data(), static_cast<size_t>(k));
+  if (const Tensor* scales = w.block_scales()) {
+    // An FP8 weight: each code times its row's multiplier for its K-slice, one rounding (widen_fp8_weight's values).
+    const float* s = scales->data_as<const float>() + n * scales->dim(-1);
+    for (int64_t i = 0; i < k; ++i) scratch[i] *= s[i / kWeightScaleBlockK];
+  }
   return scratch.data();
 }
 
@@ -76,8 +82,11 @@ MemoryInfo CpuBackend::memory_info() const {
   return info;
 }
 
+// An FP8 weight comes with its block scales (zero), as on every backend.
 Tensor CpuBackend::zeros(DType dtype, const Shape& shape) {
-  return Tensor::zeros(dtype, shape);
+  const Tensor t = Tensor::zeros(dtype, shape);
+  if (!Tensor::needs_block_scales(dtype, shape)) return t;
+  return t.with_block_scales(Tensor::zeros(DType::kF32, Tensor::block_scales_shape(shape)));
 }
 
 // Host memory is this backend's memory: weights stay where the loader put them (often a read-only file mapping).
@@ -94,6 +103,7 @@ Tensor CpuBackend::download(const Tensor& t) {
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   PLUMB_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy: {} {} into {} {}",
               dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(dst.dtype()), shape_str(dst.shape()));
+  copy_block_scales(*this, src, dst);
   std::memmove(dst.data(), src.data(), src.nbytes());
 }
 

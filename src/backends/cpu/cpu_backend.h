@@ -13,7 +13,7 @@ namespace plumb {
 
 // Which operands the CPU reference rounds. kF32 is the reference proper: every value stays F32. kBf16Operands rounds
 // to BF16 (nearest even) exactly the operands the CUDA backend rounds for its tensor cores — the activation of every
-// product with BF16 weights (linear, both expert products), attention's queries, cached keys and values, and its
+// product with BF16 or FP8 weights (linear, both expert products), attention's queries, cached keys and values, and its
 // unnormalized probabilities — and keeps everything else F32. It separates the error the GPU's specified BF16
 // arithmetic causes (which a model can amplify far beyond a per-op bound) from the error of its kernels
 // (tools/gpu_end_to_end.py, docs/kernel-contract.md "End to end").
@@ -82,7 +82,7 @@ class CpuBackend final : public Backend {
  private:
   // Whether the activation operand of a product with weights w is rounded to BF16 (CpuRounding::kBf16Operands).
   bool rounds_operand_of(const Tensor& w) const {
-    return rounding_ == CpuRounding::kBf16Operands && w.dtype() == DType::kBF16;
+    return rounding_ == CpuRounding::kBf16Operands && (w.dtype() == DType::kBF16 || w.dtype() == DType::kF8E4M3);
   }
   bool rounds_attention() const { return rounding_ == CpuRounding::kBf16Operands; }
 
@@ -112,7 +112,8 @@ float sliced_dot(const float* a, const float* b, int64_t n);
 float round_to_bf16(float x);
 // v[0, n) rounded to BF16 and back, in place.
 void round_to_bf16(float* v, int64_t n);
-// Row n of a weight matrix [N, K] as F32: a pointer into w when it is F32, else converted into scratch.
+// Row n of a weight matrix [N, K] as F32: a pointer into w when it is F32, else converted into scratch (an FP8
+// weight's codes times its block scales).
 const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch);
 
 }  // namespace cpu

@@ -20,18 +20,21 @@ namespace plumb {
 // aarch64, on x86 with -march=haswell or later; nvcc always).
 void CpuBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   PLUMB_CHECK(t.device() == Device::kCpu, "random_uniform: t is not a host tensor");
-  PLUMB_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, "random_uniform: t is {}, expected F32 or BF16",
-              dtype_name(t.dtype()));
+  const DType dtype = t.dtype();
+  PLUMB_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF8E4M3,
+              "random_uniform: t is {}, expected F32, BF16 or F8_E4M3", dtype_name(dtype));
   const float range = hi - lo;
-  const bool bf16 = t.dtype() == DType::kBF16;
-  float* f32 = bf16 ? nullptr : t.f32();
-  uint16_t* bf16_bits = bf16 ? t.data_as<uint16_t>() : nullptr;
+  auto* f32 = t.data_as<float>();
+  auto* bf16 = t.data_as<uint16_t>();
+  auto* fp8 = t.data_as<uint8_t>();
   // Each element depends on its index alone, so the split across threads cannot change a bit.
   parallel_for(t.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float v = std::fma(range, uniform_f32_from_counter(seed, static_cast<uint64_t>(i)), lo);
-      if (bf16)
-        bf16_bits[i] = f32_to_bf16(v);
+      if (dtype == DType::kBF16)
+        bf16[i] = f32_to_bf16(v);
+      else if (dtype == DType::kF8E4M3)
+        fp8[i] = f32_to_fp8_e4m3(v);
       else
         f32[i] = v;
     }

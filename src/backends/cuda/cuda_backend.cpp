@@ -15,6 +15,7 @@
 
 #include "backends/cuda/kernels/experts.h"
 #include "core/error.h"
+#include "ops/checks.h"
 
 namespace plumb {
 
@@ -281,12 +282,15 @@ std::shared_ptr<void> CudaBackend::upload_bytes(const void* host, size_t bytes) 
   return block;
 }
 
+// An FP8 weight (F8_E4M3 of rank 2 or more) comes with room for its block scales, which it never goes without here.
 Tensor CudaBackend::empty(DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   std::shared_ptr<void> block = scratch(bytes);
   if (poison_ && bytes > 0 && step_mode_ != StepMode::kPlan)
     cuda_check(cudaMemsetAsync(block.get(), 0xFF, bytes, stream_), "poisoning new memory");
-  return Tensor(dtype, shape, Device::kCuda, block.get(), block);
+  Tensor t(dtype, shape, Device::kCuda, block.get(), block);
+  if (!Tensor::needs_block_scales(dtype, shape)) return t;
+  return t.with_block_scales(empty(DType::kF32, Tensor::block_scales_shape(shape)));
 }
 
 Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
@@ -296,20 +300,20 @@ Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
   return t;
 }
 
-// F32, BF16 and integers keep their type; F16 and FP8 are widened to F32, which every kernel reads.
+// F32, BF16, integers and FP8 weights with their block scales keep their type (the products read FP8 in its bytes);
+// F16 is widened to F32, which every kernel reads.
 Tensor CudaBackend::upload(const Tensor& host) {
   PLUMB_CHECK(host.device() == Device::kCpu, "upload: the tensor {} is already on the device", shape_str(host.shape()));
   PLUMB_CHECK(!in_step(), "upload: a recorded or replayed step may not upload a tensor");
+  PLUMB_CHECK(host.dtype() != DType::kF8E4M3 || host.block_scales() != nullptr,
+              "upload: an F8_E4M3 tensor {} needs its block scales", shape_str(host.shape()));
   Tensor source = host;
-  if (host.dtype() == DType::kF16 || host.dtype() == DType::kF8E4M3) {
+  if (host.dtype() == DType::kF16) {
     source = Tensor::zeros(DType::kF32, host.shape());
     convert_to_f32(host.dtype(), host.data(), source.f32(), static_cast<size_t>(host.numel()));
   }
   Tensor t = empty(source.dtype(), source.shape());
-  if (t.nbytes() > 0)
-    cuda_check(cudaMemcpyAsync(t.data(), source.data(), t.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
-  // The copy reads pageable host memory that the caller may free on return: wait for it.
-  synchronize();
+  copy(source, t);
   return t;
 }
 
@@ -325,6 +329,7 @@ Tensor CudaBackend::download(const Tensor& t) {
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   PLUMB_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy: {} {} into {} {}",
               dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(dst.dtype()), shape_str(dst.shape()));
+  copy_block_scales(*this, src, dst);
   if (src.nbytes() == 0) return;
   // A step's copies between device tensors are kernels of its graph; one from or to the host would be a wait.
   PLUMB_CHECK(!in_step() || (src.device() == Device::kCuda && dst.device() == Device::kCuda),

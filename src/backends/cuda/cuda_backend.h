@@ -146,10 +146,10 @@ class CudaBackend final : public Backend {
   // Pins `params` to the harness's variant when one is set, chooses how K is spread, and returns the partial sums'
   // scratch (alive until the launch is queued) with params pointing at it and at the arrival counters.
   std::shared_ptr<void> plan_linear(cuda::LinearParams& params, const char* op);
-  // Runs the product of x [rows, k] (checked) with weights w [n, k] into the output params already names (y or its
-  // parts): chooses the shape and split, stages x as BF16 where the shape reads it so, and launches.
-  void launch_product(const Tensor& x, const void* w, bool w_bf16, int64_t n, cuda::LinearParams& params,
-                      const char* op);
+  // Runs the product of x [rows, k] (checked) with the weights [n, k] that start at w (a run of stacked parts may
+  // follow it: n covers them all) into the output params already names (y or its parts): chooses the shape and
+  // split, stages x as BF16 where the shape reads it so, and launches.
+  void launch_product(const Tensor& x, const Tensor& w, int64_t n, cuda::LinearParams& params, const char* op);
 
   enum class StepMode { kEager, kRecord, kPlan };
   class StepMemory;

@@ -56,12 +56,13 @@ cuda::RmsNormParams norm_params(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CudaBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   PLUMB_CHECK(t.device() == Device::kCuda, "random_uniform: t is not on the GPU");
-  PLUMB_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, "random_uniform: t is {}, expected F32 or BF16",
-              dtype_name(t.dtype()));
+  PLUMB_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF8E4M3,
+              "random_uniform: t is {}, expected F32, BF16 or F8_E4M3", dtype_name(t.dtype()));
   if (t.numel() == 0) return;
   cuda::RandomUniformParams params;
   params.data = t.data();
   params.bf16 = t.dtype() == DType::kBF16;
+  params.fp8 = t.dtype() == DType::kF8E4M3;
   params.count = t.numel();
   params.seed = seed;
   params.lo = lo;

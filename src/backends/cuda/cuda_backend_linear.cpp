@@ -13,17 +13,33 @@
 namespace plumb {
 namespace {
 
-void expect_weight_dtype(const Tensor& w, const char* op, const char* name) {
-  PLUMB_CHECK(w.dtype() == DType::kBF16 || w.dtype() == DType::kF32, "{}: {} must be BF16 or F32, not {}", op, name,
-              dtype_name(w.dtype()));
+// The kernels' weight type of w: BF16, F32, or F8_E4M3 with its block scales (core/tensor.h).
+cuda::LinearWeights weight_type(const Tensor& w, const char* op, const char* name) {
+  switch (w.dtype()) {
+    case DType::kBF16:
+      return cuda::LinearWeights::kBF16;
+    case DType::kF32:
+      return cuda::LinearWeights::kF32;
+    case DType::kF8E4M3:
+      PLUMB_CHECK(w.block_scales() != nullptr, "{}: the F8_E4M3 weight {} {} has no block scales", op, name,
+                  shape_str(w.shape()));
+      return cuda::LinearWeights::kFp8;
+    default:
+      PLUMB_FAIL("{}: {} must be BF16, F32 or F8_E4M3 with block scales, not {}", op, name, dtype_name(w.dtype()));
+  }
 }
 
-// x [rows, k] F32 and w [n, k] BF16 or F32 on the GPU, within the kernels' 32-bit indices.
+// An FP8 weight's multipliers (nullptr for other weights).
+const float* weight_scales(const Tensor& w) {
+  return w.block_scales() != nullptr ? w.block_scales()->data_as<const float>() : nullptr;
+}
+
+// x [rows, k] F32 and w [n, k] BF16, F32 or FP8 on the GPU, within the kernels' 32-bit indices.
 void expect_product(const Tensor& x, const Tensor& w, const char* op) {
   expect_gpu(x, op, "x");
   expect_gpu(w, op, "w");
   expect_dtype(x, DType::kF32, op, "x");
-  expect_weight_dtype(w, op, "w");
+  weight_type(w, op, "w");
   PLUMB_CHECK(x.rank() == 2 && w.rank() == 2, "{}: x {} and w {} must be matrices", op, shape_str(x.shape()),
               shape_str(w.shape()));
   PLUMB_CHECK(w.dim(1) == x.dim(1), "{}: weight {} does not match input {}", op, shape_str(w.shape()),
@@ -59,8 +75,8 @@ void refuse_variant(const cuda::LinearVariant& variant, const cuda::LinearParams
               "{}: the forced variant {} ({}, {} warps, K split {}) cannot run {} rows of [{}, {}] {} "
               "weights here: {}",
               op, cuda::linear_shape_name(variant.shape), stream_kernel_name(variant.stream_kernel),
-              variant.stream_warps, variant.k_split, params.rows, params.n, params.k, params.w_bf16 ? "BF16" : "F32",
-              refusal);
+              variant.stream_warps, variant.k_split, params.rows, params.n, params.k,
+              cuda::linear_weights_name(params.w_type), refusal);
 }
 
 }  // namespace
@@ -97,7 +113,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   if (x.dim(0) == 0 || w.dim(0) == 0) return;
   cuda::LinearParams params;
   params.y = y.f32();
-  launch_product(x, w.data(), w.dtype() == DType::kBF16, w.dim(0), params, "linear");
+  launch_product(x, w, w.dim(0), params, "linear");
 }
 
 void CudaBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) {
@@ -108,9 +124,15 @@ void CudaBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>
     expect_product(x, *ws[j], op);
     expect_product_output(x, *ws[j], *ys[j], op, "an output");
   }
-  // Runs of weights each of which starts where the one before it ends: one product over each run's rows.
-  const auto continues = [](const Tensor& before, const Tensor& w) {
-    return w.dtype() == before.dtype() && static_cast<const char*>(before.data()) + before.nbytes() == w.data();
+  // Runs of weights each of which starts where the one before it ends (and an FP8 weight's scales likewise): one
+  // product over each run's rows.
+  const auto follows = [](const Tensor& before, const Tensor& w) {
+    return static_cast<const char*>(before.data()) + before.nbytes() == w.data();
+  };
+  const auto continues = [&](const Tensor& before, const Tensor& w) {
+    if (w.dtype() != before.dtype() || !follows(before, w)) return false;
+    const Tensor *a = before.block_scales(), *b = w.block_scales();
+    return a == nullptr || (b != nullptr && follows(*a, *b));
   };
   for (size_t first = 0; first < ws.size();) {
     size_t end = first + 1;
@@ -128,18 +150,19 @@ void CudaBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>
       params.part_y[params.part_count++] = ys[j]->f32();
     }
     expect_int32(n, op, "output features of a run of parts");
-    launch_product(x, ws[first]->data(), ws[first]->dtype() == DType::kBF16, n, params, op);
+    launch_product(x, *ws[first], n, params, op);
     first = end;
   }
 }
 
-void CudaBackend::launch_product(const Tensor& x, const void* w, bool w_bf16, int64_t n, cuda::LinearParams& params,
+void CudaBackend::launch_product(const Tensor& x, const Tensor& w, int64_t n, cuda::LinearParams& params,
                                  const char* op) {
   const int64_t rows = x.dim(0), k = x.dim(1);
-  params.shape = cuda::choose_linear_shape(w_bf16, rows, rows, n, properties_.multiProcessorCount);
+  params.w_type = weight_type(w, op, "w");
+  params.shape = cuda::choose_linear_shape(params.w_type, rows, rows, n, properties_.multiProcessorCount);
   params.x = x.data();
-  params.w = w;
-  params.w_bf16 = w_bf16;
+  params.w = w.data();
+  params.w_scales = weight_scales(w);
   params.rows = static_cast<int32_t>(rows);
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
@@ -168,8 +191,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   expect_dtype(expert_ids, DType::kI32, op, "expert_ids");
   expect_dtype(expert_weights, DType::kF32, op, "expert_weights");
   expect_dtype(y, DType::kF32, op, "y");
-  expect_weight_dtype(experts.gate_up, op, "gate_up");
-  PLUMB_CHECK(experts.down.dtype() == experts.gate_up.dtype(), "{}: down is {} but gate_up is {}", op,
+  const cuda::LinearWeights w_type = weight_type(experts.gate_up, op, "gate_up");
+  PLUMB_CHECK(weight_type(experts.down, op, "down") == w_type, "{}: down is {} but gate_up is {}", op,
               dtype_name(experts.down.dtype()), dtype_name(experts.gate_up.dtype()));
   PLUMB_CHECK(x.rank() == 2 && expert_ids.rank() == 2, "{}: x {} and expert_ids {} must be matrices", op,
               shape_str(x.shape()), shape_str(expert_ids.shape()));
@@ -196,15 +219,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
 
   // One shape for both products (their row tiles come from one grouping), chosen by a typical expert's rows: the
   // grouping gives every expert its own tiles, so rows per expert, not per call, decide how full a tile is.
-  const bool w_bf16 = experts.gate_up.dtype() == DType::kBF16;
   const int64_t rows_per_expert = std::min(pairs, 2 * ((pairs + num_experts - 1) / num_experts));
   const int sms = properties_.multiProcessorCount;
   // A pinned variant (the op harness's hook) takes both products, which must share their row tiles.
   const cuda::LinearShape gate_up_shape =
       linear_variant_ ? linear_variant_->shape
-                      : cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, 2 * inter, sms);
+                      : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, 2 * inter, sms);
   const cuda::LinearShape down_shape =
-      linear_variant_ ? linear_variant_->shape : cuda::choose_linear_shape(w_bf16, rows_per_expert, pairs, hidden, sms);
+      linear_variant_ ? linear_variant_->shape : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, hidden, sms);
   const int tile_rows = cuda::linear_tile_rows(gate_up_shape);
   PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == tile_rows, "{}: the two products disagree on row tiles", op);
   const int64_t max_tiles = cuda::moe_max_tiles(pairs, num_experts, tile_rows);
@@ -240,7 +262,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   auto gate_up_out = scratch(static_cast<size_t>(pairs * 2 * inter) * sizeof(float));  // [pairs, 2I]
   gate_up.x_index = group.row_token;
   gate_up.w = experts.gate_up.data();
-  gate_up.w_bf16 = w_bf16;
+  gate_up.w_type = w_type;
+  gate_up.w_scales = weight_scales(experts.gate_up);
   gate_up.w_group_stride = 2 * inter * hidden;
   gate_up.y = static_cast<float*>(gate_up_out.get());
   gate_up.rows = static_cast<int32_t>(pairs);
@@ -270,6 +293,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   down.x = act.get();
   down.x_index = nullptr;
   down.w = experts.down.data();
+  down.w_scales = weight_scales(experts.down);
   down.w_group_stride = hidden * inter;
   down.y = static_cast<float*>(down_out.get());
   down.n = static_cast<int32_t>(hidden);

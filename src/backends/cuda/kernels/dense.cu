@@ -2,6 +2,7 @@
 // warp (short norm rows, 8 per block); flat elementwise work and the random fill run on a capped grid that strides
 // over the rest.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -460,10 +461,21 @@ __global__ void __launch_bounds__(kThreads) random_uniform_kernel(RandomUniformP
   }
 }
 
+// E4M3 codes, one a thread on a grid-stride loop (the counter hash bounds the speed, not the byte stores).
+template <KernelFault kFault>
+__global__ void __launch_bounds__(kThreads) random_uniform_fp8_kernel(RandomUniformParams p) {
+  wait_for_prior_grid();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < p.count; i += stride)
+    static_cast<uint8_t*>(p.data)[i] = __nv_cvt_float_to_fp8(uniform_value<kFault>(p, i), __NV_SATFINITE, __NV_E4M3);
+}
+
 template <KernelFault kFault>
 void launch_random_uniform_as(const RandomUniformParams& p, cudaStream_t stream) {
   const bool vec = aligned16(p.data);
-  if (p.bf16 && vec)
+  if (p.fp8)
+    launch_kernel(random_uniform_fp8_kernel<kFault>, grid_for(p.count, p.max_blocks), kThreads, 0, stream, p);
+  else if (p.bf16 && vec)
     launch_kernel(random_uniform_kernel<true, 8, kFault>, grid_for(p.count / 8, p.max_blocks), kThreads, 0, stream, p);
   else if (p.bf16)
     launch_kernel(random_uniform_kernel<true, 1, kFault>, grid_for(p.count, p.max_blocks), kThreads, 0, stream, p);

@@ -101,11 +101,13 @@ struct MulSigmoidRowsParams {
 };
 void launch_mul_sigmoid_rows(const MulSigmoidRowsParams& params, KernelFault fault, cudaStream_t stream);
 
-// data[i] = fma(range, uniform_f32_from_counter(seed, i), lo), rounded to nearest even for BF16. The host reference
-// (CpuBackend::random_uniform) evaluates the same single fused multiply-add, so both give the same bits.
+// data[i] = fma(range, uniform_f32_from_counter(seed, i), lo), rounded to nearest even for BF16 and E4M3 (saturating
+// at ±448). The host reference (CpuBackend::random_uniform) evaluates the same single fused multiply-add, so both give
+// the same bits.
 struct RandomUniformParams {
-  void* data = nullptr;  // [count] F32 or BF16 bits
+  void* data = nullptr;  // [count] F32, BF16 bits (bf16) or E4M3 codes (fp8)
   bool bf16 = false;
+  bool fp8 = false;
   int64_t count = 0;
   uint64_t seed = 0;
   float lo = 0.0f;

@@ -31,6 +31,7 @@
   X(kLinearSplitDropsSlice)    /* a split product's fold leaves the last slice out */                                  \
   X(kLinearPartsSkipBoundary)  /* a product in parts leaves every later part's first feature unwritten */              \
   X(kExpertsDropLastExpert)    /* leaves out each token's last routed expert */                                        \
+  X(kLinearFp8ScaleNextSlice)  /* FP8 weights: each slice's partial sums take the next slice's multipliers */          \
   /* matrix products: F32 weights, activation staging, the experts' grouping and SiLU */                               \
   X(kLinearF32DropsKRemainder)  /* F32 weights: the reduction runs whole groups of 8 k only, dropping k % 8 terms */   \
   X(kLinearToBf16Truncates)     /* staged activations truncated to BF16 instead of rounded to nearest even */          \

@@ -46,19 +46,27 @@ using Tiled128 = Bf16Shape<2, 4, 4, 4, 2, 3, uint16_t, 1>;
 
 // ---- The BF16 kernel. ----
 
+// 16-byte units of a staged weight row of W: the shape's kUnitsW for BF16, half as many for FP8 (a stage's weights
+// then fill half of their room).
+template <class S, class W>
+constexpr int kWeightUnits = S::kStageK* static_cast<int>(sizeof(typename W::Elem)) / 16;
+
 // Stages k [k0, k0 + kStageK) of the block's weight rows (the first `features` valid) and product rows into
 // `stage`. Padding rows (x_offset[r] < 0) are left unwritten: compute_stage never reads them.
-template <class S, bool kVec>
-__device__ __forceinline__ void load_stage(const uint16_t* w, int features, const typename S::XElem* x,
+template <class S, class W, bool kVec>
+__device__ __forceinline__ void load_stage(const typename W::Elem* w, int features, const typename S::XElem* x,
                                            const int64_t* x_offset, int k, int k0, char* stage) {
   using XElem = typename S::XElem;
+  using WElem = typename W::Elem;
   constexpr int kPerUnitX = 16 / static_cast<int>(sizeof(XElem));
+  constexpr int kUnitsW = kWeightUnits<S, W>, kPerUnitW = 16 / static_cast<int>(sizeof(WElem));
+  static_assert(S::kFeatures * kUnitsW % S::kThreads == 0, "even staging loops");
 #pragma unroll
-  for (int j = 0; j < S::kFeatures * S::kUnitsW / S::kThreads; ++j) {
+  for (int j = 0; j < S::kFeatures * kUnitsW / S::kThreads; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
-    const int r = i / S::kUnitsW, u = i % S::kUnitsW;
-    const uint16_t* row = r < features ? w + static_cast<int64_t>(r) * k : nullptr;
-    stage_unit<uint16_t, kVec>(stage + tile_offset<uint16_t>(r, u, S::kUnitsW), row, w, k0 + u * 8, k);
+    const int r = i / kUnitsW, u = i % kUnitsW;
+    const WElem* row = r < features ? w + static_cast<int64_t>(r) * k : nullptr;
+    stage_unit<WElem, kVec>(stage + tile_offset<WElem>(r, u, kUnitsW), row, w, k0 + u * kPerUnitW, k);
   }
 #pragma unroll
   for (int j = 0; j < S::kRows * S::kUnitsX / S::kThreads; ++j) {
@@ -70,9 +78,22 @@ __device__ __forceinline__ void load_stage(const uint16_t* w, int features, cons
   }
 }
 
+// The lane's 8 k of chunk c of staged weight row `row`, as BF16 pairs in the fragment order.
+template <class S, class W>
+__device__ __forceinline__ uint4 weight_fragment(const char* stage, int row, int c, int q) {
+  constexpr int kUnitsW = kWeightUnits<S, W>;
+  if constexpr (W::kScaled) {
+    // Chunk c's 32 bytes are units 2c and 2c + 1; the lane's 8 are half of one of them.
+    const char* unit = stage + tile_offset<uint8_t>(row, 2 * c + q / 2, kUnitsW);
+    return widen_weights<W>(*reinterpret_cast<const uint2*>(unit + (q % 2) * 8));
+  } else {
+    return *reinterpret_cast<const uint4*>(stage + tile_offset<uint16_t>(row, 4 * c + q, kUnitsW));
+  }
+}
+
 // Runs the stage's first `chunks` chunks (all when more) on this warp's tiles. Product rows from `rows` on are
 // padding: their operand is zero, which only their own (unstored) outputs see.
-template <class S>
+template <class S, class W>
 __device__ __forceinline__ void compute_stage(const char* stage, int chunks, int rows,
                                               float (&acc)[S::kMTiles][S::kNTiles][4]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -86,8 +107,8 @@ __device__ __forceinline__ void compute_stage(const char* stage, int chunks, int
 #pragma unroll
     for (int mt = 0; mt < S::kMTiles; ++mt) {
       const int row = (wm * S::kMTiles + mt) * 16 + g;
-      w_lo[mt] = *reinterpret_cast<const uint4*>(stage + tile_offset<uint16_t>(row, 4 * c + q, S::kUnitsW));
-      w_hi[mt] = *reinterpret_cast<const uint4*>(stage + tile_offset<uint16_t>(row + 8, 4 * c + q, S::kUnitsW));
+      w_lo[mt] = weight_fragment<S, W>(stage, row, c, q);
+      w_hi[mt] = weight_fragment<S, W>(stage, row + 8, c, q);
     }
 #pragma unroll
     for (int nt = 0; nt < S::kNTiles; ++nt) {
@@ -99,7 +120,7 @@ __device__ __forceinline__ void compute_stage(const char* stage, int chunks, int
   }
 }
 
-template <class S, bool kVec, KernelFault kFault>
+template <class S, class W, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel(const LinearParams p) {
   wait_for_prior_grid();
   using XElem = typename S::XElem;
@@ -118,9 +139,9 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
 
   const int feature0 = bt.feature_block * S::kFeatures;
   const int features = min(S::kFeatures, p.n - feature0);
-  const uint16_t* w = static_cast<const uint16_t*>(p.w) + rt.group * p.w_group_stride +
-                      static_cast<int64_t>(feature0) * p.k;  // [features, k]
-  const auto* x = static_cast<const XElem*>(p.x);            // [x_rows, k]
+  const auto* w = static_cast<const typename W::Elem*>(p.w) + rt.group * p.w_group_stride +
+                  static_cast<int64_t>(feature0) * p.k;  // [features, k]
+  const auto* x = static_cast<const XElem*>(p.x);        // [x_rows, k]
   const int stages = (p.k + S::kStageK - 1) / S::kStageK;
   const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
   // The planted control leaves the last chunk out of every reduction.
@@ -128,17 +149,20 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
 
   static_assert(kSliceK % S::kStageK == 0, "a slice is whole stages");
   constexpr int kStagesPerSlice = kSliceK / S::kStageK;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4;
+  const int wm = warp % S::kWarpsM, wn = warp / S::kWarpsM;
+  SliceScales scales[S::kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < S::kMTiles; ++mt)
+    scales[mt] = slice_scales<W>(p, rt.group, feature0 + (wm * S::kMTiles + mt) * 16 + g);
   float acc[S::kMTiles][S::kNTiles][4] = {};
   float sum[S::kMTiles][S::kNTiles][4];
 #pragma unroll
-  for (int mt = 0; mt < S::kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < S::kNTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) sum[mt][nt][i] = -0.0f;
+  for (int mt = 0; mt < S::kMTiles; ++mt) start_running_sums(sum[mt]);
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < stages) load_stage<S, kVec>(w, features, x, x_offset, p.k, s * S::kStageK, smem + s * S::kStageBytes);
+    if (s < stages) load_stage<S, W, kVec>(w, features, x, x_offset, p.k, s * S::kStageK, smem + s * S::kStageBytes);
     cp_async_commit();
   }
   for (int s = 0; s < stages; ++s) {
@@ -147,28 +171,21 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
     __syncthreads();
     const int next = s + S::kStages - 1;
     if (next < stages) {
-      load_stage<S, kVec>(w, features, x, x_offset, p.k, next * S::kStageK,
-                          smem + (next % S::kStages) * S::kStageBytes);
+      load_stage<S, W, kVec>(w, features, x, x_offset, p.k, next * S::kStageK,
+                             smem + (next % S::kStages) * S::kStageBytes);
     }
     cp_async_commit();
-    compute_stage<S>(smem + (s % S::kStages) * S::kStageBytes, chunks - s * S::kChunks, rt.end - rt.begin, acc);
+    compute_stage<S, W>(smem + (s % S::kStages) * S::kStageBytes, chunks - s * S::kChunks, rt.end - rt.begin, acc);
     // The end of a slice (the last may be short): its partial sums join the running sums, in slice order.
     if (s % kStagesPerSlice == kStagesPerSlice - 1 || s == stages - 1) {
 #pragma unroll
       for (int mt = 0; mt < S::kMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < S::kNTiles; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            sum[mt][nt][i] = __fadd_rn(sum[mt][nt][i], acc[mt][nt][i]);
-            acc[mt][nt][i] = 0.0f;
-          }
+          end_slice<W, kFault>(p, s / kStagesPerSlice, 0, 0, 0, scales[mt], acc[mt][nt], sum[mt][nt]);
     }
   }
 
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int g = lane / 4;
-  const int wm = warp % S::kWarpsM, wn = warp / S::kWarpsM;
 #pragma unroll
   for (int mt = 0; mt < S::kMTiles; ++mt) {
 #pragma unroll
@@ -279,26 +296,38 @@ struct IsStream : std::false_type {};
 template <int kNTiles, int kRing, typename XElem, int kMinBlocks>
 struct IsStream<StreamShape<kNTiles, kRing, XElem, kMinBlocks>> : std::true_type {};
 
+template <class S, class W, bool kVec, KernelFault kFault>
+void launch_tiled(const LinearParams& p, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_allowed{0};
+  const auto kernel = linear_bf16_kernel<S, W, kVec, kFault>;
+  allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
+  const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
+  launch_kernel(kernel, static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream, p);
+}
+
 template <class S, bool kVec, KernelFault kFault>
 void launch_bf16(const LinearParams& p, cudaStream_t stream) {
   if constexpr (IsStream<S>::value) {
     launch_linear_stream<S>(p, kVec, kFault, stream);
+  } else if (p.w_type == LinearWeights::kFp8) {
+    // FP8 weights carry their own planted control and the production kernel only.
+    constexpr KernelFault kFp8Fault = kFault == KernelFault::kLinearFp8ScaleNextSlice ? kFault : KernelFault::kNone;
+    launch_tiled<S, Fp8Weights, kVec, kFp8Fault>(p, stream);
   } else {
-    static std::atomic<uint64_t> smem_allowed{0};
     // The split faults are the streaming kernels' alone: the tiled kernel never splits K.
-    constexpr bool kSplitFault =
-        kFault == KernelFault::kLinearSplitFoldsReversed || kFault == KernelFault::kLinearSplitDropsSlice;
-    const auto kernel = linear_bf16_kernel < S, kVec, kSplitFault ? KernelFault::kNone : kFault > ;
-    allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
-    const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
-    launch_kernel(kernel, static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream, p);
+    constexpr bool kOtherFault = kFault == KernelFault::kLinearSplitFoldsReversed ||
+                                 kFault == KernelFault::kLinearSplitDropsSlice ||
+                                 kFault == KernelFault::kLinearFp8ScaleNextSlice;
+    launch_tiled<S, Bf16Weights, kVec, kOtherFault ? KernelFault::kNone : kFault>(p, stream);
   }
 }
 
 template <class S, KernelFault kFault>
 void launch_bf16_aligned(const LinearParams& p, cudaStream_t stream) {
-  // 16-byte loads need every row of both operands 16-byte aligned; other k load element by element.
-  const bool vec = p.k % 8 == 0 && p.w_group_stride % 8 == 0 && aligned16(p.w) && aligned16(p.x);
+  // Whole-unit loads need every row of both operands 16-byte aligned (BF16: k a multiple of 8; FP8: of 16, for the
+  // tiled kernels' 16-byte copies); other k load element by element.
+  const int per_unit = p.w_type == LinearWeights::kFp8 ? 16 : 8;
+  const bool vec = p.k % per_unit == 0 && p.w_group_stride % per_unit == 0 && aligned16(p.w) && aligned16(p.x);
   if (vec) {
     launch_bf16<S, true, kFault>(p, stream);
   } else {
@@ -407,7 +436,7 @@ int32_t choose_linear_k_split(const LinearParams& p, int sm_count) {
   // The partial sums travel through L2 and back: worth it only while small beside the weights they replace.
   const int64_t matrices = p.tiles != nullptr ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
   const int64_t partial_bytes = slices * p.rows * p.n * int64_t{4};
-  const int64_t weight_bytes = int64_t{2} * p.n * p.k * matrices;
+  const int64_t weight_bytes = (p.w_type == LinearWeights::kFp8 ? 1 : 2) * int64_t{p.n} * p.k * matrices;
   if (4 * partial_bytes > weight_bytes) return 1;
   return linear_k_split(p.k, split);
 }
@@ -420,8 +449,9 @@ int64_t linear_partials_count(const LinearParams& p) {
   return static_cast<int64_t>(linear_slices(p.k)) * p.rows * p.n;
 }
 
-LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t total_rows, int64_t n, int sm_count) {
-  if (!w_bf16) return LinearShape::kF32;
+LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
+                                int sm_count) {
+  if (w_type == LinearWeights::kF32) return LinearShape::kF32;
   if (rows_per_matrix <= 8) return LinearShape::kStream8;
   if (rows_per_matrix <= 16) return LinearShape::kStream16;
   if (rows_per_matrix <= 32) return LinearShape::kStream32;
@@ -433,8 +463,11 @@ LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t to
 }
 
 const char* linear_launch_refusal(const LinearParams& p) {
-  if ((p.shape == LinearShape::kF32) == p.w_bf16)
-    return p.w_bf16 ? "BF16 weights need a BF16 shape" : "F32 weights need the kF32 shape";
+  if ((p.shape == LinearShape::kF32) != (p.w_type == LinearWeights::kF32))
+    return p.w_type == LinearWeights::kF32 ? "F32 weights need the kF32 shape"
+                                           : "BF16 and FP8 weights need a BF16 shape";
+  if ((p.w_type == LinearWeights::kFp8) != (p.w_scales != nullptr))
+    return p.w_scales ? "only FP8 weights take multipliers" : "FP8 weights need their multipliers";
   if (p.part_count < 0 || p.part_count > kLinearMaxParts) return "a product writes 0 to kLinearMaxParts parts";
   if (p.part_count > 0) {
     if (p.tiles != nullptr) return "only a plain product writes its output in parts";
@@ -463,9 +496,9 @@ const char* linear_launch_refusal(const LinearParams& p) {
   });
 }
 
-std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows) {
+std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows) {
   std::vector<LinearVariant> candidates;
-  if (w_bf16) {
+  if (w_type != LinearWeights::kF32) {
     for (LinearShape shape :
          {LinearShape::kStream8, LinearShape::kStream16, LinearShape::kStream32, LinearShape::kStream64}) {
       for (int32_t split : {1, 2, kLinearSplitEverySlice}) {
@@ -485,12 +518,27 @@ std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows) {
     p.shape = v.shape;
     p.stream_kernel = v.stream_kernel;
     p.stream_warps = v.stream_warps;
-    p.w_bf16 = w_bf16;
+    p.w_type = w_type;
+    // Any address: whether a variant runs does not depend on it.
+    static const float any_scale = 1.0f;
+    p.w_scales = w_type == LinearWeights::kFp8 ? &any_scale : nullptr;
     p.rows = static_cast<int32_t>(rows);
     // Whether a split can run depends on the shape alone; its buffers are the caller's.
     if (linear_launch_refusal(p) == nullptr) runnable.push_back(v);
   }
   return runnable;
+}
+
+const char* linear_weights_name(LinearWeights w_type) {
+  switch (w_type) {
+    case LinearWeights::kF32:
+      return "F32";
+    case LinearWeights::kBF16:
+      return "BF16";
+    case LinearWeights::kFp8:
+      break;
+  }
+  return "FP8";
 }
 
 const char* linear_shape_name(LinearShape shape) {
@@ -546,7 +594,7 @@ int linear_ring_smem_bytes(LinearShape shape, int rows) {
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream) {
   dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearSplitFoldsReversed,
                  KernelFault::kLinearSplitDropsSlice, KernelFault::kLinearF32DropsKRemainder,
-                 KernelFault::kLinearPartsSkipBoundary>(
+                 KernelFault::kLinearPartsSkipBoundary, KernelFault::kLinearFp8ScaleNextSlice>(
       fault, [&](auto planted) { launch_linear_variant<decltype(planted)::value>(params, stream); });
 }
 

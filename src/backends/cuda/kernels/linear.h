@@ -12,6 +12,11 @@
 // stores every slice's partial sums and the last block of each tile to finish adds them up in slice order.
 // F32 weights (small test checkpoints) use CUDA cores with the CPU reference's order: within a slice eight partial
 // sums by k mod 8, combined pairwise, and the slices added in order.
+// FP8 weights (F8_E4M3 with a multiplier per output feature and K-slice, core/tensor.h's block scales) run the BF16
+// arithmetic on their values, each exactly a BF16 number (E4M3's 3-bit mantissa and its exponents, 2^-9 to 2^8, fit
+// BF16), widened in registers as they are loaded: a slice's partial sum is multiplied by its feature's multiplier for
+// that slice (one F32 product, rounded to nearest) as the slice ends, and then joins the running sum or the split
+// product's stored partial sums as a BF16 slice's would.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,6 +34,13 @@ constexpr int kLinearSliceK = 128;
 // The most outputs one product writes (linear_parts: GDN's qkv, z, b and a).
 constexpr int kLinearMaxParts = 4;
 
+// The weights' element type.
+enum class LinearWeights : int {
+  kF32,   // F32, on CUDA cores (kF32 shape)
+  kBF16,  // BF16, on tensor cores (every other shape)
+  kFp8,   // F8_E4M3 with multipliers per feature and K-slice, on tensor cores (every BF16 shape)
+};
+
 // Launch shapes. The weight-streaming shapes serve decode: one warp per 16 output features and every product row
 // of the tile, so weights are read once, straight from global memory into registers; the launcher picks 1 to 4 warps
 // per block from the GPU's size. The tiled shapes serve prefill. Choosing among them changes speed only.
@@ -44,7 +56,8 @@ enum class LinearShape : int {
 
 // The shape for a product with `rows_per_matrix` rows per weight matrix (all rows for linear, a typical expert's
 // share for MoE), `total_rows` rows in all, `n` output features, on a GPU of `sm_count` multiprocessors.
-LinearShape choose_linear_shape(bool w_bf16, int64_t rows_per_matrix, int64_t total_rows, int64_t n, int sm_count);
+LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
+                                int sm_count);
 // Product rows per row tile: the granularity of a grouped product's tile list.
 int linear_tile_rows(LinearShape shape);
 // Whether the shape reads its activations as BF16 (made by launch_linear_to_bf16) rather than F32.
@@ -72,10 +85,13 @@ struct LinearParams {
   int32_t* arrivals = nullptr;  // [linear_arrival_count(params)] device, zeros; each tile's last block rezeroes its own
   const void* x = nullptr;      // [x_rows, k] activations: BF16 bits when linear_stages_bf16(shape), else F32
   const int32_t* x_index = nullptr;  // [rows] device, nullable: product row r reads activation row x_index[r], else r
-  const void* w = nullptr;           // [groups, n, k] BF16 bits or F32: one matrix per group (expert)
-  bool w_bf16 = true;
+  const void* w = nullptr;           // [groups, n, k] of w_type: one matrix per group (expert)
+  LinearWeights w_type = LinearWeights::kBF16;
   int64_t w_group_stride = 0;  // elements from one group's matrix to the next
-  float* y = nullptr;          // [rows, n] F32, unless the output is in parts
+  // kFp8 only: [groups, n, linear_slices(k)] F32, feature f's multiplier for slice s of group g at
+  // (g · n + f) · linear_slices(k) + s.
+  const float* w_scales = nullptr;
+  float* y = nullptr;  // [rows, n] F32, unless the output is in parts
   // A product of weights stacked by rows (linear_parts) writes each one's features to its own output: with part_count
   // above 0, features [part_end[j - 1], part_end[j]) (from 0 for j = 0) go to part_y[j] [rows, that many] F32, the
   // last part_end is n, and y is unused. Where an output goes changes no bit of it.
@@ -107,8 +123,9 @@ int64_t linear_arrival_count(const LinearParams& params);
 int64_t linear_partials_count(const LinearParams& params);
 
 // Why `params` cannot launch on the current device, or nullptr when it can: its shape does not suit its weights'
-// dtype, or its forced stream_kernel / stream_warps / k_split do not suit its shape, its rows or the GPU's shared
-// memory. A forced variant is refused, never replaced; launch_linear takes only params this accepts.
+// dtype (or FP8 weights come without multipliers), or its forced stream_kernel / stream_warps / k_split do not suit its
+// shape, its rows or the GPU's shared memory. A forced variant is refused, never replaced; launch_linear takes only
+// params this accepts.
 const char* linear_launch_refusal(const LinearParams& params);
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream);
 // The dynamic shared memory (bytes) launch_linear gives a shape's kernel (0 for kF32), and the shared-memory ring
@@ -127,9 +144,10 @@ struct LinearVariant {
 };
 // LinearVariant::k_split for a block per slice.
 constexpr int32_t kLinearSplitEverySlice = 1 << 20;
-// Every variant, each kernel and warp count pinned, that can run a plain product of `rows` rows with BF16 (or F32)
-// weights on the current device. They all give the same bits (the arithmetic above); the op harness checks that.
-std::vector<LinearVariant> linear_variants(bool w_bf16, int64_t rows);
+// Every variant, each kernel and warp count pinned, that can run a plain product of `rows` rows with weights of
+// `w_type` on the current device. They all give the same bits (the arithmetic above); the op harness checks that.
+std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows);
+const char* linear_weights_name(LinearWeights w_type);
 const char* linear_shape_name(LinearShape shape);
 
 // y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backends/cuda/kernels/fault.h"
 #include "backends/cuda/kernels/linear.h"
 #include "backends/cuda/kernels/ptx.cuh"
 
@@ -33,6 +34,52 @@ static_assert(kSliceK % kChunkK == 0, "a slice is whole chunks");
 __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4& w_lo, const uint4& w_hi, const uint4& x) {
   mma_bf16_16816(d, w_lo.x, w_hi.x, w_lo.y, w_hi.y, x.x, x.y);
   mma_bf16_16816(d, w_lo.z, w_hi.z, w_lo.w, w_hi.w, x.z, x.w);
+}
+
+// ---- Weight formats. ----
+//
+// What a kernel's weights are stored as (Elem) and how a lane's 8 k of one row become the four BF16 pairs mma_chunk
+// takes: 16 bytes of BF16 as they are, or 8 bytes of E4M3 widened exactly (e4m3x2_to_bf16x2). kScaled: every slice's
+// partial sums take the feature's multiplier for that slice as the slice ends (LinearParams::w_scales).
+struct Bf16Weights {
+  using Elem = uint16_t;
+  static constexpr bool kScaled = false;
+  static constexpr LinearWeights kType = LinearWeights::kBF16;
+};
+struct Fp8Weights {
+  using Elem = uint8_t;
+  static constexpr bool kScaled = true;
+  static constexpr LinearWeights kType = LinearWeights::kFp8;
+};
+
+// Eight weights of one row in their stored form: 16 bytes of BF16 (uint4) or 8 of E4M3 (uint2).
+template <class W>
+using WeightBits = std::conditional_t<W::kScaled, uint2, uint4>;
+
+// The stored eight as BF16 pairs, lower k in the low half.
+template <class W>
+__device__ __forceinline__ uint4 widen_weights(const WeightBits<W>& v) {
+  if constexpr (W::kScaled) {
+    return make_uint4(e4m3x2_to_bf16x2(v.x), e4m3x2_to_bf16x2(v.x >> 16), e4m3x2_to_bf16x2(v.y),
+                      e4m3x2_to_bf16x2(v.y >> 16));
+  } else {
+    return v;
+  }
+}
+
+// A warp's multipliers for features `feature` (lo) and `feature` + 8 (hi) of group `group` (nullptr past n); 1 for
+// unscaled weights, whose kernels never read them.
+struct SliceScales {
+  const float* lo;  // [slices], nullptr past n
+  const float* hi;
+};
+template <class W>
+__device__ __forceinline__ SliceScales slice_scales(const LinearParams& p, int group, int feature) {
+  if constexpr (!W::kScaled) return {nullptr, nullptr};
+  const int slices = (p.k + kSliceK - 1) / kSliceK;
+  const float* base = p.w_scales + static_cast<int64_t>(group) * p.n * slices;
+  return {feature < p.n ? base + static_cast<int64_t>(feature) * slices : nullptr,
+          feature + 8 < p.n ? base + static_cast<int64_t>(feature + 8) * slices : nullptr};
 }
 
 // ---- Shared-memory stages. ----
@@ -202,11 +249,24 @@ __device__ __forceinline__ void start_running_sums(float (&sum)[kNTiles][4]) {
     for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
 }
 
-// Ends slice `slice` of a tile: its accumulator `acc` is added to the running sum `sum` (which starts at -0, the
-// identity of F32 addition, so the first slice's sum is its partial sum exactly), or, in a split product, stored as
-// the slice's partial sums for the fold; then it restarts from zero.
+// Ends slice `slice` of a tile: scaled weights multiply its accumulator `acc` by the features' multipliers for the
+// slice (acc[0], acc[1] are feature `feature`'s, acc[2], acc[3] feature + 8's); then it is added to the running sum
+// `sum` (which starts at -0, the identity of F32 addition, so the first slice's sum is its partial sum exactly), or,
+// in a split product, stored as the slice's partial sums for the fold; then it restarts from zero.
+template <class W, KernelFault kFault>
 __device__ __forceinline__ void end_slice(const LinearParams& p, int slice, int row0, int row_end, int feature,
-                                          float (&acc)[4], float (&sum)[4]) {
+                                          const SliceScales& scales, float (&acc)[4], float (&sum)[4]) {
+  if constexpr (W::kScaled) {
+    // The planted control takes the next slice's multipliers (the first slice's for the last).
+    const int slices = (p.k + kSliceK - 1) / kSliceK;
+    const int at = kFault == KernelFault::kLinearFp8ScaleNextSlice ? (slice + 1) % slices : slice;
+    const float lo = scales.lo != nullptr ? scales.lo[at] : 0.0f;
+    const float hi = scales.hi != nullptr ? scales.hi[at] : 0.0f;
+    acc[0] = __fmul_rn(acc[0], lo);
+    acc[1] = __fmul_rn(acc[1], lo);
+    acc[2] = __fmul_rn(acc[2], hi);
+    acc[3] = __fmul_rn(acc[3], hi);
+  }
   if (p.k_split > 1) {
     store_tile(p.partials + static_cast<int64_t>(slice) * p.rows * p.n, p.n, row0, row_end, feature, acc);
   } else {

@@ -9,28 +9,34 @@ namespace {
 
 // ---- The BF16 streaming kernel (decode). ----
 
-// The lane's 8 k from kk of one weight row (nullptr: a feature past n), zero past k. kVec: one 16-byte load (row
-// 16-byte aligned, k a multiple of 8, so the 8 k are all in or all out); otherwise element by element, the same bits.
-template <bool kVec>
-__device__ __forceinline__ uint4 weight_unit(const uint16_t* row, int kk, int k) {
-  if (row == nullptr || kk >= k) return make_uint4(0, 0, 0, 0);
+// The lane's 8 k from kk of one weight row (nullptr: a feature past n) in their stored form, zero past k. kVec: one
+// load of all eight (row aligned, k a multiple of 8, so the 8 k are all in or all out); otherwise element by element,
+// the same bits.
+template <class W, bool kVec>
+__device__ __forceinline__ WeightBits<W> weight_unit(const typename W::Elem* row, int kk, int k) {
+  if (row == nullptr || kk >= k) return WeightBits<W>{};
   if constexpr (kVec) {
-    return load_streamed(row + kk);
-  } else {
-    uint32_t pair[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t lo = kk + 2 * e < k ? row[kk + 2 * e] : 0;
-      const uint32_t hi = kk + 2 * e + 1 < k ? row[kk + 2 * e + 1] : 0;
-      pair[e] = lo | hi << 16;
+    if constexpr (W::kScaled) {
+      return load_streamed_8(row + kk);
+    } else {
+      return load_streamed(row + kk);
     }
-    return make_uint4(pair[0], pair[1], pair[2], pair[3]);
+  } else {
+    constexpr int kBits = 8 * sizeof(typename W::Elem), kPerWord = 32 / kBits;
+    uint32_t words[8 / kPerWord] = {};
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (kk + e < k) words[e / kPerWord] |= static_cast<uint32_t>(row[kk + e]) << (e % kPerWord * kBits);
+    WeightBits<W> v;
+    memcpy(&v, words, sizeof v);
+    return v;
   }
 }
 
-// One chunk of the lane's weights: its 8 k of weight rows g (lo) and g + 8 (hi), as mma_chunk takes them.
+// One chunk of the lane's weights in their stored form: its 8 k of weight rows g (lo) and g + 8 (hi).
+template <class W>
 struct WeightChunk {
-  uint4 lo, hi;
+  WeightBits<W> lo, hi;
 };
 
 // Stages k [k0, k0 + kSlabK) of the tile's first `rows` product rows into `slab` (rows past them are never read).
@@ -49,7 +55,7 @@ __device__ __forceinline__ void stage_x_slab(const typename S::XElem* x, const i
 // Block of blockDim.x / 32 warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every
 // product row of its row tile over the block's run of K-slices, chunk after chunk in ascending k: the arithmetic of
 // linear.h. Block b takes K-group b % k_split of tile b / k_split.
-template <class S, bool kVec, KernelFault kFault>
+template <class S, class W, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_stream_kernel(const LinearParams p) {
   wait_for_prior_grid();
   using XElem = typename S::XElem;
@@ -75,15 +81,17 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   const int warp_feature0 = block_feature0 + 16 * warp;
   // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers.
   const bool warp_active = warp_feature0 < p.n;
-  const uint16_t* w = static_cast<const uint16_t*>(p.w) + rt.group * p.w_group_stride;  // [n, k]
+  using WElem = typename W::Elem;
+  const WElem* w = static_cast<const WElem*>(p.w) + rt.group * p.w_group_stride;  // [n, k]
   const int feature = warp_feature0 + g;
+  const SliceScales scales = slice_scales<W>(p, rt.group, feature);
   const auto* x = static_cast<const XElem*>(p.x);  // [x_rows, k]
   // The block's slices: k [k0, k_end), loaded from the chunk c0 = k0 / kChunkK on. Weight rows and activations are
   // addressed from k0, so each run of the ring reads exactly its slices.
   const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
   const int k0 = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - k0;
-  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + k0 : nullptr;          // [k_len]
-  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + k0 : nullptr;  // [k_len]
+  const WElem* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + k0 : nullptr;          // [k_len]
+  const WElem* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + k0 : nullptr;  // [k_len]
   const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
   const int slabs = (all_chunks + S::kRing - 1) / S::kRing;
   // The planted control leaves the product's last chunk out of every reduction.
@@ -91,12 +99,12 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
 
   // Slot i of the ring always holds a chunk c with c % kRing == i: chunk c + kRing is loaded the moment chunk c is
   // used, so the slot indices stay compile-time constants and the registers stay registers.
-  WeightChunk ring[S::kRing];
+  WeightChunk<W> ring[S::kRing];
 #pragma unroll
   for (int i = 0; i < S::kRing; ++i) {
     const int kk = i * kChunkK + 8 * q;
-    ring[i].lo = warp_active ? weight_unit<kVec>(w_lo, kk, k_len) : make_uint4(0, 0, 0, 0);
-    ring[i].hi = warp_active ? weight_unit<kVec>(w_hi, kk, k_len) : make_uint4(0, 0, 0, 0);
+    ring[i].lo = warp_active ? weight_unit<W, kVec>(w_lo, kk, k_len) : WeightBits<W>{};
+    ring[i].hi = warp_active ? weight_unit<W, kVec>(w_hi, kk, k_len) : WeightBits<W>{};
   }
   // Each slab is one cp.async group, so waiting for all but the newest group waits for the slab about to be used.
   if (slabs > 0) stage_x_slab<S, kVec>(x, x_offset, rows, k_end, k0, smem);
@@ -121,22 +129,25 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
       for (int i = 0; i < S::kRing; ++i) {
         const int c = s * S::kRing + i;
         if (c < chunks) {
+          const uint4 lo = widen_weights<W>(ring[i].lo), hi = widen_weights<W>(ring[i].hi);
 #pragma unroll
           for (int nt = 0; nt < S::kNTiles; ++nt) {
             const int row = nt * 8 + g;
             const uint4 xv = row < rows ? x_fragment<S>(slab, row, i, q) : make_uint4(0, 0, 0, 0);
-            mma_chunk(acc[nt], ring[i].lo, ring[i].hi, xv);
+            mma_chunk(acc[nt], lo, hi, xv);
           }
         }
         // The end of a slice that has k in it (the last one may be short).
         if (i % kSliceChunks == kSliceChunks - 1 && c - (kSliceChunks - 1) < all_chunks) {
 #pragma unroll
-          for (int nt = 0; nt < S::kNTiles; ++nt)
-            end_slice(p, sr.begin + c / kSliceChunks, rt.begin + nt * 8, rt.end, feature, acc[nt], sum[nt]);
+          for (int nt = 0; nt < S::kNTiles; ++nt) {
+            end_slice<W, kFault>(p, sr.begin + c / kSliceChunks, rt.begin + nt * 8, rt.end, feature, scales, acc[nt],
+                                 sum[nt]);
+          }
         }
         const int kk = (c + S::kRing) * kChunkK + 8 * q;
-        ring[i].lo = weight_unit<kVec>(w_lo, kk, k_len);
-        ring[i].hi = weight_unit<kVec>(w_hi, kk, k_len);
+        ring[i].lo = weight_unit<W, kVec>(w_lo, kk, k_len);
+        ring[i].hi = weight_unit<W, kVec>(w_hi, kk, k_len);
       }
     }
     // Everyone is done with slab s before the next round refills its buffer.
@@ -153,24 +164,46 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
 }
 
 // The shared-memory ring kernel's launch shapes, for plain decode products: stages of 4 chunks of k holding each
-// warp's 16 weight rows (4 KB) and the activations (512 bytes a row), kDepth stages deep. Up to 8 rows: one-warp
-// blocks, each with its own copy of the activations and 20 KB of weights in flight (a product of one row has too few
-// warps to hide a block barrier). Up to 16 rows: four warps share the activations and meet at a barrier every stage,
-// 28 KB of weights in flight each.
-template <int kNTiles_, int kWarps_, int kDepth_>
+// warp's 16 weight rows (4 KB of BF16, 2 KB of FP8) and the activations (512 bytes a row), kDepth stages deep. Up
+// to 8 rows: one-warp blocks, each with its own copy of the activations and 20 KB of BF16 weights in flight (a product
+// of one row has too few warps to hide a block barrier). Up to 16 rows: four warps share the activations and meet at
+// a barrier every stage, 28 KB of BF16 weights in flight each. FP8 rings are deeper, to keep about as many bytes in
+// flight with half the bytes a stage.
+template <int kNTiles_, int kWarps_, int kDepth_, class W_>
 struct RingShape {
   using XElem = float;
+  using W = W_;
   static constexpr int kNTiles = kNTiles_, kWarps = kWarps_, kDepth = kDepth_;
   static constexpr int kRows = 8 * kNTiles, kStageChunks = 4;
   static constexpr int kStageK = kChunkK * kStageChunks;
   static constexpr int kUnitsX = kStageK * 4 / 16;  // 16-byte units per slab row
-  static constexpr int kWeightBytes = kStageChunks * 2 * 32 * 16;
+  // A lane's bytes of one chunk of one weight row, and a warp's weights for a stage.
+  static constexpr int kLaneBytes = static_cast<int>(sizeof(WeightBits<W>));
+  static constexpr int kWeightBytes = kStageChunks * 2 * 32 * kLaneBytes;
   static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
   // Bytes of a launch's ring: rows = the product's rows.
   static constexpr int ring_bytes(int rows) { return kDepth * (rows * kUnitsX * 16 + kWarps * kWeightBytes); }
 };
-using Ring8 = RingShape<1, 1, 6>;
-using Ring16 = RingShape<2, 4, 8>;
+using Ring8 = RingShape<1, 1, 6, Bf16Weights>;
+using Ring16 = RingShape<2, 4, 8, Bf16Weights>;
+using Ring8Fp8 = RingShape<1, 1, 11, Fp8Weights>;
+using Ring16Fp8 = RingShape<2, 4, 12, Fp8Weights>;
+
+// Stages the lane's 8 k from kk of one weight row (nullptr: a feature past n) at dst in their stored form, zero past
+// k. kVec: one cp.async (row aligned, k a multiple of the unit); otherwise element by element, the same bytes.
+template <class W, bool kVec>
+__device__ __forceinline__ void stage_weights(char* dst, const typename W::Elem* row, const typename W::Elem* any_valid,
+                                              int kk, int k) {
+  if constexpr (W::kScaled) {
+    if (kVec && row != nullptr && kk < k) {
+      cp_async_8(dst, row + kk);
+    } else {
+      *reinterpret_cast<WeightBits<W>*>(dst) = weight_unit<W, false>(row, kk, k);
+    }
+  } else {
+    stage_unit<uint16_t, kVec>(dst, row, any_valid, kk, k);
+  }
+}
 
 // The block's barrier: __syncwarp for a block of one warp.
 template <class S>
@@ -190,8 +223,11 @@ __device__ __forceinline__ void block_barrier() {
 template <class S, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(const LinearParams p) {
   wait_for_prior_grid();
+  using W = typename S::W;
+  using WElem = typename W::Elem;
   // kDepth stages x [activations: rows x kStageK F32 | warp 0's weights | warp 1's | ...]. A warp's weights for a
-  // stage: chunk c's row-g units of its 32 lanes (512 bytes, lane order), then its row g + 8 units.
+  // stage: chunk c's row-g units of its 32 lanes (32 x kLaneBytes, lane order), then its row g + 8 units.
+  constexpr int kBlockBytes = 32 * S::kLaneBytes;
   extern __shared__ __align__(128) char smem[];
   __shared__ int64_t x_offset[S::kRows];  // element offset of each product row's activations
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = S::kWarps == 1 ? 0 : static_cast<int>(threadIdx.x) / 32;
@@ -212,13 +248,14 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   // The block's slices: k [kb, k_end), one slice a stage. Weight rows are addressed from kb.
   const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
   const int kb = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - kb;
-  const auto* w = static_cast<const uint16_t*>(p.w);                                                      // [n, k]
-  const uint16_t* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + kb : nullptr;          // [k_len]
-  const uint16_t* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + kb : nullptr;  // [k_len]
-  const auto* x = static_cast<const float*>(p.x);                                                         // [x_rows, k]
+  const auto* w = static_cast<const WElem*>(p.w);                                                      // [n, k]
+  const WElem* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + kb : nullptr;          // [k_len]
+  const WElem* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + kb : nullptr;  // [k_len]
+  const SliceScales scales = slice_scales<W>(p, 0, feature);
+  const auto* x = static_cast<const float*>(p.x);  // [x_rows, k]
   const int slab_bytes = rows * S::kUnitsX * 16;
   const int stage_bytes = slab_bytes + S::kWarps * S::kWeightBytes;
-  const int lane_weights = slab_bytes + warp * S::kWeightBytes + lane * 16;  // this lane's units within a stage
+  const int lane_weights = slab_bytes + warp * S::kWeightBytes + lane * S::kLaneBytes;  // this lane's, in a stage
   const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
   static_assert(S::kStageChunks == kSliceChunks, "a stage is one slice");
   const int stages = (all_chunks + S::kStageChunks - 1) / S::kStageChunks;
@@ -230,19 +267,19 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
     const int k0 = s * S::kStageK;
     stage_x_slab<S, kVec>(x, x_offset, rows, k_end, kb + k0, stage);
     char* dst = stage + lane_weights;
-    if (kVec && w_hi != nullptr && k0 + S::kStageK <= k_len) {
+    if (kVec && !W::kScaled && w_hi != nullptr && k0 + S::kStageK <= k_len) {
       // Both rows exist and the stage lies within k: no per-unit checks.
 #pragma unroll
       for (int c = 0; c < S::kStageChunks; ++c) {
-        cp_async_16_line(dst + (2 * c) * 512, w_lo + k0 + c * kChunkK + 8 * q);
-        cp_async_16_line(dst + (2 * c + 1) * 512, w_hi + k0 + c * kChunkK + 8 * q);
+        cp_async_16_line(dst + (2 * c) * kBlockBytes, w_lo + k0 + c * kChunkK + 8 * q);
+        cp_async_16_line(dst + (2 * c + 1) * kBlockBytes, w_hi + k0 + c * kChunkK + 8 * q);
       }
     } else if (warp_active) {
 #pragma unroll
       for (int c = 0; c < S::kStageChunks; ++c) {
         const int kk = k0 + c * kChunkK + 8 * q;
-        stage_unit<uint16_t, kVec>(dst + (2 * c) * 512, w_lo, w, kk, k_len);
-        stage_unit<uint16_t, kVec>(dst + (2 * c + 1) * 512, w_hi, w, kk, k_len);
+        stage_weights<W, kVec>(dst + (2 * c) * kBlockBytes, w_lo, w, kk, k_len);
+        stage_weights<W, kVec>(dst + (2 * c + 1) * kBlockBytes, w_hi, w, kk, k_len);
       }
     }
     cp_async_commit();
@@ -273,8 +310,10 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 #pragma unroll
     for (int c = 0; c < S::kStageChunks; ++c) {
       if (s * S::kStageChunks + c >= chunks) break;
-      const uint4 lo = *reinterpret_cast<const uint4*>(stage + lane_weights + (2 * c) * 512);
-      const uint4 hi = *reinterpret_cast<const uint4*>(stage + lane_weights + (2 * c + 1) * 512);
+      const uint4 lo =
+          widen_weights<W>(*reinterpret_cast<const WeightBits<W>*>(stage + lane_weights + 2 * c * kBlockBytes));
+      const uint4 hi =
+          widen_weights<W>(*reinterpret_cast<const WeightBits<W>*>(stage + lane_weights + (2 * c + 1) * kBlockBytes));
 #pragma unroll
       for (int nt = 0; nt < S::kNTiles; ++nt) {
         const int row = nt * 8 + g;
@@ -283,7 +322,9 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < S::kNTiles; ++nt) end_slice(p, sr.begin + s, nt * 8, rows, feature, acc[nt], sum[nt]);
+    for (int nt = 0; nt < S::kNTiles; ++nt) {
+      end_slice<W, kFault>(p, sr.begin + s, nt * 8, rows, feature, scales, acc[nt], sum[nt]);
+    }
   }
 
   if (p.k_split > 1) {
@@ -310,19 +351,34 @@ int stream_warps(const LinearParams& p) {
   return warps;
 }
 
-// The ring shape a streaming shape hands plain products to (void: none).
-template <class S>
+// The ring shape a streaming shape hands plain products of weights W to (void: none).
+template <class S, class W>
 struct RingFor {
   using type = void;
 };
 template <>
-struct RingFor<Stream8> {
+struct RingFor<Stream8, Bf16Weights> {
   using type = Ring8;
 };
 template <>
-struct RingFor<Stream16> {
+struct RingFor<Stream16, Bf16Weights> {
   using type = Ring16;
 };
+template <>
+struct RingFor<Stream8, Fp8Weights> {
+  using type = Ring8Fp8;
+};
+template <>
+struct RingFor<Stream16, Fp8Weights> {
+  using type = Ring16Fp8;
+};
+
+// Calls fn with the weight format (Bf16Weights{} or Fp8Weights{}) of p's BF16-shape weights.
+template <class Fn>
+decltype(auto) visit_weights(const LinearParams& p, Fn&& fn) {
+  if (p.w_type == LinearWeights::kFp8) return fn(Fp8Weights{});
+  return fn(Bf16Weights{});
+}
 
 // Whether a plain product goes to linear_stream_ring_kernel: when all its blocks fit on the GPU at once (each
 // multiprocessor holds as many as its shared memory allows). Larger products keep more warps busy with
@@ -339,9 +395,9 @@ bool ring_fits(const LinearParams& p) {
   return static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.k_split <= per_sm * sms;
 }
 
-template <class S, bool kVec, KernelFault kFault>
+template <class S, class W, bool kVec, KernelFault kFault>
 void launch_stream(const LinearParams& p, cudaStream_t stream) {
-  using R = typename RingFor<S>::type;
+  using R = typename RingFor<S, W>::type;
   if constexpr (!std::is_void_v<R>) {
     if (p.stream_kernel == LinearStreamKernel::kSharedRing ||
         (p.stream_kernel == LinearStreamKernel::kByOccupancy && ring_fits<R>(p))) {
@@ -354,18 +410,25 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
     }
   }
   static std::atomic<uint64_t> smem_allowed{0};
-  const auto kernel = linear_stream_kernel<S, kVec, kFault>;
+  const auto kernel = linear_stream_kernel<S, W, kVec, kFault>;
   allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
   const int warps = stream_warps(p);
   const int64_t blocks = static_cast<int64_t>((p.n + 16 * warps - 1) / (16 * warps)) * p.max_tiles * p.k_split;
   launch_kernel(kernel, static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream, p);
 }
 
+// FP8 weights carry their own planted control and the production kernel only: the other controls check the code
+// they share with BF16 there.
 template <class S, bool kVec>
 void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t stream) {
+  if (p.w_type == LinearWeights::kFp8) {
+    dispatch_fault<KernelFault::kLinearFp8ScaleNextSlice>(
+        fault, [&](auto planted) { launch_stream<S, Fp8Weights, kVec, decltype(planted)::value>(p, stream); });
+    return;
+  }
   dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearSplitFoldsReversed,
                  KernelFault::kLinearSplitDropsSlice, KernelFault::kLinearPartsSkipBoundary>(
-      fault, [&](auto planted) { launch_stream<S, kVec, decltype(planted)::value>(p, stream); });
+      fault, [&](auto planted) { launch_stream<S, Bf16Weights, kVec, decltype(planted)::value>(p, stream); });
 }
 
 // Static shared memory of a kernel (the same in every instantiation of its template).
@@ -375,11 +438,10 @@ int static_smem(const void* kernel) {
   return static_cast<int>(attributes.sharedSizeBytes);
 }
 
-}  // namespace
-
-template <class S>
-const char* linear_stream_refusal(const LinearParams& p) {
-  using R = typename RingFor<S>::type;
+// linear_stream_refusal for weights W.
+template <class S, class W>
+const char* stream_refusal(const LinearParams& p) {
+  using R = typename RingFor<S, W>::type;
   switch (p.stream_kernel) {
     case LinearStreamKernel::kByOccupancy:
       if (p.stream_warps != 0) return "a forced warp count needs the register-ring kernel forced too";
@@ -401,10 +463,17 @@ const char* linear_stream_refusal(const LinearParams& p) {
         return nullptr;
       }
   }
-  const void* kernel = reinterpret_cast<const void*>(linear_stream_kernel<S, true, KernelFault::kNone>);
+  const void* kernel = reinterpret_cast<const void*>(linear_stream_kernel<S, W, true, KernelFault::kNone>);
   if (S::kSmemBytes + static_smem(kernel) > block_smem_limit())
     return "the register-ring kernel of this shape needs more shared memory than this GPU gives a block";
   return nullptr;
+}
+
+}  // namespace
+
+template <class S>
+const char* linear_stream_refusal(const LinearParams& p) {
+  return visit_weights(p, [&](auto weights) { return stream_refusal<S, decltype(weights)>(p); });
 }
 template const char* linear_stream_refusal<Stream8>(const LinearParams&);
 template const char* linear_stream_refusal<Stream16>(const LinearParams&);
@@ -426,7 +495,7 @@ template void launch_linear_stream<Stream64>(const LinearParams&, bool, KernelFa
 
 template <class S>
 int linear_stream_ring_smem_bytes(int rows) {
-  using R = typename RingFor<S>::type;
+  using R = typename RingFor<S, Bf16Weights>::type;
   if constexpr (std::is_void_v<R>) {
     return 0;
   } else {

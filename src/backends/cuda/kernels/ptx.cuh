@@ -38,7 +38,11 @@ __device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared_address(smem)), "l"(gmem)
                : "memory");
 }
-// 4 bytes (cp.async copies of fewer than 16 bytes go through L1).
+// 8 bytes (cp.async copies of fewer than 16 bytes go through L1).
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_address(smem)), "l"(gmem) : "memory");
+}
+// 4 bytes, likewise.
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(smem)), "l"(gmem) : "memory");
 }
@@ -97,6 +101,13 @@ __device__ __forceinline__ uint4 load_streamed(const uint16_t* p) {
   return v;
 }
 
+// 8 bytes of weights that are read once, as load_streamed.
+__device__ __forceinline__ uint2 load_streamed_8(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
 // ---- BF16. ----
 
 // Two F32 values as a BF16 pair rounded to nearest even, `lo` in the low half.
@@ -105,6 +116,20 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   uint32_t bits;
   memcpy(&bits, &pair, sizeof bits);
   return bits;
+}
+
+// Two E4M3 values (`pair`'s low byte the first) as a BF16 pair, the first in the low half. Exact for every finite
+// code, with full-rate integer and BF16 instructions (the cvt instructions between FP8, F16 and F32 run at a
+// sixteenth of that rate and made the FP8 products slower than BF16's): each code's sign goes to the top bit and its
+// exponent and mantissa bits below it, which is the BF16 value code · 2^-120 (E4M3's exponent bias is 7, BF16's 127;
+// the E4M3 subnormals land on BF16 subnormals), and one BF16 multiply by 2^120 (exact: a power of two, every result
+// representable) restores the value. The NaN codes 0x7f and 0xff become ±480, a value no finite code has.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t pair) {
+  const uint32_t spread = __byte_perm(pair, 0, 0x1404);  // code 0 in bits 8-15, code 1 in bits 24-31
+  const uint32_t scaled = (spread & 0x80008000u) | ((spread >> 4) & 0x07f007f0u);
+  uint32_t value;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(value) : "r"(scaled), "r"(0x7b807b80u));  // 2^120 in each half
+  return value;
 }
 
 }  // namespace plumb::cuda
