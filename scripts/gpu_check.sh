@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [serve] [heldout] [demo]
-#     [ab] [profile] [timeline]
+#   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [fp8] [serve] [heldout]
+#     [demo] [ab] [profile] [timeline]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
 #           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
@@ -17,6 +17,8 @@
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
 # sanitize  compute-sanitizer memcheck and racecheck on the harness, the recorded-step tests and one generation
 # bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
+# fp8       plumb bench --weights fp8 (decode and prefill, no kernel table): the whole 48-layer Qwen3-Next-80B-A3B and
+#           Qwen3.5-35B-A3B
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
 #           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated; greedy, then sampled at 1 and 64 with
 #           the draw on the GPU and, through min_p, on the host), then bench/server/determinism.py: 1000
@@ -51,7 +53,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear boundary sampler harness e2e sanitize bench serve multiturn heldout demo profile timeline"
+default_steps="linear boundary sampler harness e2e sanitize bench fp8 serve multiturn heldout demo profile timeline"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -160,6 +162,16 @@ PY
       --json "$out/bench_$model.json" 2>&1 | tee "$out/bench_$model.log" || ok=FAIL
   done
   record bench $ok
+fi
+
+if want fp8; then
+  echo "== plumb bench --weights fp8: Qwen3-Next-80B-A3B (all 48 layers) and Qwen3.5-35B-A3B"
+  ok=pass
+  for model in qwen3-next-80b-a3b qwen3.5-35b-a3b; do
+    "$plumb" bench --device cuda --synthetic --model $model --weights fp8 --commit "$commit" --skip-kernels \
+      --json "$out/bench_fp8_$model.json" 2>&1 | tee "$out/bench_fp8_$model.log" || ok=FAIL
+  done
+  record fp8 $ok
 fi
 
 if want serve; then

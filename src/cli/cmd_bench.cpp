@@ -48,7 +48,7 @@ constexpr double kFlaPrefill16kMs = 1.03;
 
 struct BenchArgs {
   std::string device = "cpu", model, batches = "1,4,16,64", prefill = "4096,16384", kernel_batches = "1,16,64";
-  std::string json_path, device_name, commit;
+  std::string json_path, device_name, commit, weights = "bf16";
   bool synthetic = false, skip_kernels = false, no_graphs = false, profile_last_step = false;
   int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, kernel_repeats = 10, copy_mib = 0;
   double tensor_rate_tflops = 0;
@@ -150,7 +150,8 @@ struct WeightCounts {
 
 WeightCounts count_weights(const ModelConfig& c, const ModelWeights& w) {
   WeightCounts n;
-  auto bytes = [](const Tensor& t) { return static_cast<double>(t.nbytes()); };
+  // An FP8 weight's bytes include its block scales, which its products read too.
+  auto bytes = [](const Tensor& t) { return static_cast<double>(t.bytes_with_scales()); };
   auto layer_tensor = [&](const Tensor& t) {
     n.dense_bytes += bytes(t);
     if (t.rank() == 2) n.layer_matmul_params += static_cast<double>(t.numel());
@@ -729,6 +730,7 @@ void run_bench(const BenchArgs& a) {
   const std::vector<int64_t> prefills = parse_sizes(a.prefill, "--prefill");
   parse_sizes(a.kernel_batches, "--kernel-batches");  // fail on a bad list before the long setup
   const SyntheticConfig synthetic = synthetic_config(a.model);
+  const SyntheticWeights weights = parse_synthetic_weights(a.weights);
   const ModelConfig& c = synthetic.config;
 
   const auto backend = make_backend(a.device);
@@ -741,6 +743,7 @@ void run_bench(const BenchArgs& a) {
   out["description"] = synthetic.description;
   out["reduced"] = !synthetic.reduction.empty();
   out["reduction"] = synthetic.reduction;
+  out["weights_format"] = synthetic_weights_name(weights);
   out["config"] = config_json(c);
   out["device"] = a.device;
   out["device_name"] = device_name(a, be);
@@ -771,13 +774,13 @@ void run_bench(const BenchArgs& a) {
       {"timing", "wall clock between backend.synchronize() calls, median; includes host launch overhead"},
       {"decode_graphs", !a.no_graphs}};
 
-  fmt::print("model      {} ({})\n", a.model, synthetic.description);
+  fmt::print("model      {} ({}), {} weights\n", a.model, synthetic.description, synthetic_weights_name(weights));
   if (!synthetic.reduction.empty()) fmt::print("REDUCED    {}\n", synthetic.reduction);
   fmt::print("device     {} ({})\n", out["device_name"].get<std::string>(), a.device);
 
   measure_copy(ctx);
   const auto build_start = Clock::now();
-  const Qwen3NextModel model = synthetic_model(c, be, a.seed);
+  const Qwen3NextModel model = synthetic_model(c, be, a.seed, weights);
   be.synchronize();
   const WeightCounts counts = count_weights(c, model.weights());
   const double build_s = seconds_since(build_start);
@@ -828,6 +831,9 @@ void register_bench_commands(CLI::App& app) {
   for (const std::string& n : synthetic_config_names()) names += (names.empty() ? "" : ", ") + n;
   bench->add_option("--model", args->model, "synthetic model: " + names)->required();
   bench->add_option("--device", args->device, kDeviceHelp);
+  bench->add_option("--weights", args->weights,
+                    "projection weights: bf16, or fp8 (E4M3 with a multiplier per row and 128-wide K-slice, as the "
+                    "published FP8 checkpoints quantize them)");
   bench->add_option("--batches", args->batches, "decode batch sizes, comma-separated");
   bench->add_option("--prefill", args->prefill, "prefill lengths, comma-separated; the longest also sizes the kernels");
   bench->add_option("--context", args->context, "tokens each sequence holds before the timed decode steps");

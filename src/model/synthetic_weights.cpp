@@ -56,7 +56,8 @@ uint64_t mix(uint64_t x) {
 // Allocates and fills tensors on the backend, one fresh seed per tensor.
 class Filler {
  public:
-  Filler(Backend& backend, uint64_t seed) : backend_(backend), seed_(seed) {}
+  Filler(Backend& backend, uint64_t seed, SyntheticWeights weights)
+      : backend_(backend), seed_(seed), weights_(weights) {}
 
   Tensor uniform(DType dtype, const Shape& shape, float lo, float hi) {
     Tensor t = backend_.empty(dtype, shape);
@@ -68,28 +69,38 @@ class Filler {
     const float s = 1.0f / std::sqrt(static_cast<float>(shape.back()));
     return uniform(DType::kBF16, shape, -s, s);
   }
+  // A projection the model's FP8 checkpoints quantize: FP8 codes and multipliers when the model is FP8.
+  Tensor quantized(const Shape& shape) {
+    if (weights_ == SyntheticWeights::kBF16) return projection(shape);
+    Tensor t = uniform(DType::kF8E4M3, shape, -448.0f, 448.0f);
+    const float s = 1.0f / (448.0f * std::sqrt(static_cast<float>(shape.back())));
+    Tensor scales = *t.block_scales();
+    backend_.random_uniform(scales, mix(seed_ + 0x5851f42d4c957f2dull * ++count_), 0.5f * s, s);
+    return t;
+  }
   // A zero-centred norm weight: small offsets from 1.
   Tensor zero_centred_norm(int64_t d) { return uniform(DType::kF32, {d}, -0.1f, 0.1f); }
 
  private:
   Backend& backend_;
   uint64_t seed_;
+  SyntheticWeights weights_;
   uint64_t count_ = 0;
 };
 
 MlpWeights mlp(Filler& f, int64_t width, int64_t H) {
   MlpWeights w;
-  w.gate_proj = f.projection({width, H});
-  w.up_proj = f.projection({width, H});
-  w.down_proj = f.projection({H, width});
+  w.gate_proj = f.quantized({width, H});
+  w.up_proj = f.quantized({width, H});
+  w.down_proj = f.quantized({H, width});
   return w;
 }
 
 GdnWeights gated_deltanet(Filler& f, const ModelConfig& c) {
   const int64_t H = c.hidden_size, nv = c.linear_num_value_heads, C = c.conv_dim(), K = c.linear_conv_kernel_dim;
   GdnWeights w;
-  w.in_proj_qkv = f.projection({C, H});
-  w.in_proj_z = f.projection({c.value_dim(), H});
+  w.in_proj_qkv = f.quantized({C, H});
+  w.in_proj_z = f.quantized({c.value_dim(), H});
   w.in_proj_b = f.projection({nv, H});
   w.in_proj_a = f.projection({nv, H});
   const float conv_scale = 1.0f / std::sqrt(static_cast<float>(K));
@@ -98,17 +109,17 @@ GdnWeights gated_deltanet(Filler& f, const ModelConfig& c) {
   w.A_log = f.uniform(DType::kF32, {nv}, 0.0f, 2.0f);
   w.dt_bias = f.uniform(DType::kF32, {nv}, -1.0f, 1.0f);
   w.norm = f.uniform(DType::kF32, {c.linear_value_head_dim}, 0.9f, 1.1f);  // plain weight, near 1
-  w.out_proj = f.projection({H, c.value_dim()});
+  w.out_proj = f.quantized({H, c.value_dim()});
   return w;
 }
 
 AttentionWeights full_attention(Filler& f, const ModelConfig& c) {
   const int64_t H = c.hidden_size, nq = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
   AttentionWeights w;
-  w.q_proj = f.projection({nq * d * (c.attn_output_gate ? 2 : 1), H});
-  w.k_proj = f.projection({nkv * d, H});
-  w.v_proj = f.projection({nkv * d, H});
-  w.o_proj = f.projection({H, nq * d});
+  w.q_proj = f.quantized({nq * d * (c.attn_output_gate ? 2 : 1), H});
+  w.k_proj = f.quantized({nkv * d, H});
+  w.v_proj = f.quantized({nkv * d, H});
+  w.o_proj = f.quantized({H, nq * d});
   w.q_norm = f.zero_centred_norm(d);
   w.k_norm = f.zero_centred_norm(d);
   return w;
@@ -118,8 +129,8 @@ MoeWeights mixture_of_experts(Filler& f, const ModelConfig& c) {
   const int64_t H = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
   MoeWeights w;
   w.router = f.projection({E, H});
-  w.experts.gate_up = f.projection({E, 2 * I, H});
-  w.experts.down = f.projection({E, H, I});
+  w.experts.gate_up = f.quantized({E, 2 * I, H});
+  w.experts.down = f.quantized({E, H, I});
   w.has_shared_expert = c.shared_expert_intermediate_size > 0;
   if (w.has_shared_expert) {
     w.shared_expert = mlp(f, c.shared_expert_intermediate_size, H);
@@ -131,7 +142,7 @@ MoeWeights mixture_of_experts(Filler& f, const ModelConfig& c) {
 }  // namespace
 
 std::vector<std::string> synthetic_config_names() {
-  return {"qwen3.5-35b-a3b", "qwen3-next-80b-a3b-reduced", "tiny"};
+  return {"qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "qwen3-next-80b-a3b-reduced", "tiny"};
 }
 
 SyntheticConfig synthetic_config(const std::string& name) {
@@ -142,19 +153,26 @@ SyntheticConfig synthetic_config(const std::string& name) {
               {"num_hidden_layers", 40},
               {"num_experts", 256},
               {"num_experts_per_tok", 8}});
-    return make(name, j, "Qwen3.5-35B-A3B: 40 layers (30 GDN + 10 attention), 256 experts top-8 + shared, BF16", "");
+    return make(name, j, "Qwen3.5-35B-A3B: 40 layers (30 GDN + 10 attention), 256 experts top-8 + shared", "");
   }
-  if (name == "qwen3-next-80b-a3b-reduced") {
+  if (name == "qwen3-next-80b-a3b" || name == "qwen3-next-80b-a3b-reduced") {
+    const bool reduced = name == "qwen3-next-80b-a3b-reduced";
     json j = hybrid_base();
     j.update({{"model_type", "qwen3_next"},
               {"vocab_size", 151936},
-              {"num_hidden_layers", kQwen3NextReducedLayers},
+              {"num_hidden_layers", reduced ? kQwen3NextReducedLayers : kQwen3NextLayers},
               {"intermediate_size", 5120},
               {"decoder_sparse_step", 1},
               {"norm_topk_prob", true},
               {"num_experts", 512},
               {"num_experts_per_tok", 10}});
-    return make(name, j, "Qwen3-Next-80B-A3B: 512 experts top-10 + shared, BF16",
+    if (!reduced) {
+      return make(name, j,
+                  "Qwen3-Next-80B-A3B: 48 layers (36 GDN + 12 attention), 512 experts top-10 + shared (~160 GB in "
+                  "BF16, more than one H200 holds: run it with --weights fp8)",
+                  "");
+    }
+    return make(name, j, "Qwen3-Next-80B-A3B: 512 experts top-10 + shared",
                 fmt::format("{} of its {} layers ({} GDN + {} attention, the same 3:1 pattern): the full BF16 model "
                             "(~160 GB) does not fit one H200; per-step bytes and times cover {:.0f}% of the layers",
                             kQwen3NextReducedLayers, kQwen3NextLayers, kQwen3NextReducedLayers * 3 / 4,
@@ -188,10 +206,10 @@ SyntheticConfig synthetic_config(const std::string& name) {
 
 namespace {
 
-ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {
+ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed, SyntheticWeights weights) {
   const ModelConfig& c = config;
   const int64_t H = c.hidden_size;
-  Filler f(backend, seed);
+  Filler f(backend, seed, weights);
   ModelWeights w;
   w.embed_tokens = f.uniform(DType::kBF16, {c.vocab_size, H}, -1.0f, 1.0f);
   w.layers.resize(c.num_layers);
@@ -217,8 +235,18 @@ ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint
 
 }  // namespace
 
-Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed) {
-  return Qwen3NextModel(config, synthetic_weights(config, backend, seed), backend);
+Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed, SyntheticWeights weights) {
+  return Qwen3NextModel(config, synthetic_weights(config, backend, seed, weights), backend);
+}
+
+SyntheticWeights parse_synthetic_weights(const std::string& name) {
+  if (name == "bf16") return SyntheticWeights::kBF16;
+  if (name == "fp8") return SyntheticWeights::kFp8;
+  PLUMB_FAIL("--weights {}: expected bf16 or fp8", name);
+}
+
+const char* synthetic_weights_name(SyntheticWeights weights) {
+  return weights == SyntheticWeights::kFp8 ? "fp8" : "bf16";
 }
 
 }  // namespace plumb

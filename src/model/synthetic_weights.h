@@ -20,7 +20,8 @@ struct SyntheticConfig {
   std::string reduction;    // how it departs from the real model ("" when it does not)
 };
 
-// "qwen3.5-35b-a3b", "qwen3-next-80b-a3b-reduced" or "tiny" (a few small layers for CPU smoke tests).
+// "qwen3.5-35b-a3b", "qwen3-next-80b-a3b" (all 48 layers: FP8 weights only fit one H200),
+// "qwen3-next-80b-a3b-reduced" (32 layers, which fit in BF16) or "tiny" (a few small layers for CPU smoke tests).
 SyntheticConfig synthetic_config(const std::string& name);
 std::vector<std::string> synthetic_config_names();
 
@@ -28,10 +29,21 @@ std::vector<std::string> synthetic_config_names();
 // model the bench timed.
 inline constexpr uint64_t kSyntheticSeed = 1;
 
+// How a synthetic model stores its projections. kFp8: as the published FP8 checkpoints do (fine-grained E4M3 with a
+// multiplier per 128 x 128 block; here one per row and K-slice): the attention and GDN projections but in_proj_b and
+// in_proj_a, the shared expert and every routed expert; the embedding, lm_head, router and shared-expert gate stay
+// BF16.
+enum class SyntheticWeights { kBF16, kFp8 };
+// "bf16" or "fp8"; parse_synthetic_weights refuses anything else, naming it.
+SyntheticWeights parse_synthetic_weights(const std::string& name);
+const char* synthetic_weights_name(SyntheticWeights weights);
+
 // The model of `config` with random weights, the one construction bench, serve and generate share: every weight
 // allocated with backend.empty() and filled on the device with backend.random_uniform, BF16 projections uniform in
-// ±1/sqrt(fan_in), F32 norms, conv kernels, A_log and dt_bias. Each tensor draws from its own seed derived from
-// `seed`, so the same seed gives the same model on every backend.
-Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed);
+// ±1/sqrt(fan_in) (FP8 ones: codes uniform in ±448 times multipliers uniform in [1/2, 1] · 1/(448 sqrt(fan_in))),
+// F32 norms, conv kernels, A_log and dt_bias. Each tensor draws from its own seed derived from `seed`, so the same
+// seed gives the same model on every backend.
+Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed,
+                               SyntheticWeights weights = SyntheticWeights::kBF16);
 
 }  // namespace plumb
