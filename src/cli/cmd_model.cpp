@@ -258,6 +258,8 @@ void register_model_commands(CLI::App& app) {
       ->add_option<std::optional<int64_t>, int64_t>("--context", inspect_args->context,
                                                     "context length for the KV bytes of one decode step")
       ->default_str("the model's max_position_embeddings");
+  inspect->add_option("--sequences", inspect_args->sequences,
+                      "sequences of --context tokens each that the GPU memory estimate holds");
   inspect->callback([inspect_args] { print_model_report(*inspect_args); });
 }
 

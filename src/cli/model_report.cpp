@@ -16,6 +16,20 @@ struct KindTotals {
   double bytes = 0;  // as stored
 };
 
+// The bytes a checkpoint tensor takes on the GPU (CudaBackend): BF16 and F32 as stored; FP8 kept in its bytes with a
+// multiplier per row and 128-wide K-slice where its blocks follow the slices; F16, NVFP4 (n values), the other FP8
+// blocks and every small parameter widened to F32.
+double gpu_bytes(const ModelConfig& c, const WeightSlot& slot, const TensorInfo& info, int64_t n) {
+  if (slot.role == WeightRole::kParameter) return 4.0 * static_cast<double>(n);
+  if (info.dtype == DType::kBF16) return 2.0 * static_cast<double>(n);
+  if (info.dtype == DType::kF8E4M3 && c.fp8 && info.shape.size() == 2 &&
+      fp8_blocks_follow_slices(info.shape[1], c.fp8->block_cols)) {
+    const Shape scales = Tensor::block_scales_shape(info.shape);
+    return static_cast<double>(n) + 4.0 * static_cast<double>(shape_numel(scales));
+  }
+  return 4.0 * static_cast<double>(n);
+}
+
 bool contains(const std::string& s, const char* part) {
   return s.find(part) != std::string::npos;
 }
@@ -56,8 +70,10 @@ void print_model_report(const InspectArgs& args) {
   const std::vector<WeightSlot> table =
       build_weight_table(c, shapes_only, [&](const std::string& name) { return files.contains(name); });
 
+  PLUMB_CHECK(args.sequences >= 1, "--sequences must be >= 1, got {}", args.sequences);
   std::map<std::string, KindTotals> kinds;
   int64_t total_params = 0;
+  double gpu_weight_bytes = 0;
   double step_weight_bytes = 0;  // weights one decode step reads at batch 1
   const double expert_fraction =
       c.num_experts > 0 ? static_cast<double>(c.num_experts_per_tok) / static_cast<double>(c.num_experts) : 0.0;
@@ -80,6 +96,7 @@ void print_model_report(const InspectArgs& args) {
     kinds[kind].params += n;
     kinds[kind].bytes += bytes;
     total_params += n;
+    gpu_weight_bytes += gpu_bytes(c, slot, info, n);
     if (kind == "embedding") {
       // One row is gathered; the rest is read only when tied (as lm_head), counted below.
       step_weight_bytes += bytes / static_cast<double>(c.vocab_size) + (c.tie_word_embeddings ? bytes : 0.0);
@@ -136,6 +153,18 @@ void print_model_report(const InspectArgs& args) {
   fmt::print("  {:<34} {:>14}\n", "recurrent + conv state (fp32, r+w)", human_bytes(state_bytes));
   fmt::print("  {:<34} {:>14}\n", "kv cache (bf16)", human_bytes(kv_bytes));
   fmt::print("  {:<34} {:>14}\n", "total", human_bytes(step_weight_bytes + state_bytes + kv_bytes));
+
+  // On the GPU: the weights as CudaBackend keeps them, and per sequence its state slot (FP32, held once) and its KV
+  // pages (BF16, whole pages of 64 positions), as plumb serve reserves them; the step's workspace comes on top.
+  const double kv_positions = 64.0 * static_cast<double>((context + 1 + 63) / 64);
+  const double sequences = static_cast<double>(args.sequences);
+  const double gpu_state = state_bytes / 2.0 * sequences, gpu_kv = kv_token_bytes * kv_positions * sequences;
+  fmt::print("\ngpu memory for {} sequence{} of context {} (the step's workspace not included)\n", args.sequences,
+             args.sequences == 1 ? "" : "s", context);
+  fmt::print("  {:<34} {:>14}\n", "weights", human_bytes(gpu_weight_bytes));
+  fmt::print("  {:<34} {:>14}\n", "recurrent + conv state (fp32)", human_bytes(gpu_state));
+  fmt::print("  {:<34} {:>14}\n", "kv cache (bf16, pages of 64)", human_bytes(gpu_kv));
+  fmt::print("  {:<34} {:>14}\n", "total", human_bytes(gpu_weight_bytes + gpu_state + gpu_kv));
 }
 
 }  // namespace plumb::cli

@@ -200,6 +200,11 @@ TEST_F(Cli, InspectSummarizes) {
   EXPECT_THAT(r.out, HasSubstr("2 gated deltanet (G), 1 full attention (A): GGA"));
   EXPECT_THAT(r.out, HasSubstr("routed_experts"));
   EXPECT_THAT(r.out, HasSubstr("bytes one decode step moves at batch 1, context 100"));
+  EXPECT_THAT(r.out, HasSubstr("gpu memory for 1 sequence of context 100"));
+  const Outcome many = run("inspect --model " + model_ + " --context 100 --sequences 16");
+  ASSERT_EQ(many.status, 0) << many.err;
+  EXPECT_THAT(many.out, HasSubstr("gpu memory for 16 sequences of context 100"));
+  expect_clean_failure(run("inspect --model " + model_ + " --sequences 0"), "--sequences must be >= 1, got 0");
 }
 
 TEST_F(Cli, BadInputFailsWithOneLine) {
