@@ -17,13 +17,17 @@ void ModelChoice::add_options(CLI::App& command, const std::string& model_help) 
   command.add_option("--synthetic", synthetic,
                      "run plumb bench's random-weight model of these shapes instead of a folder (" + names +
                          "); it has no tokenizer, so prompts are token ids");
+  command.add_option("--weights", weights,
+                     "the --synthetic model's projections: bf16 (default) or fp8, as plumb bench --weights");
 }
 
 void ModelChoice::resolve(bool check_weights, bool quiet) {
   if (!is_synthetic()) {
+    PLUMB_CHECK(weights.empty(), "--weights {} chooses a --synthetic model's format; a folder's is its own", weights);
     dir = model_dir_or_default(dir, quiet);
     return;
   }
+  parse_synthetic_weights(weights.empty() ? "bf16" : weights);  // an unknown format fails here
   PLUMB_CHECK(dir.empty(), "--synthetic {} and --model {} both name a model: give one of them", synthetic, dir);
   PLUMB_CHECK(!check_weights, "--check-weights scans a checkpoint, and --synthetic {} has none: drop one", synthetic);
   synthetic_config(synthetic);  // an unknown name fails here, listing the known ones
@@ -34,7 +38,10 @@ ModelConfig ModelChoice::config() const {
 }
 
 Qwen3NextModel ModelChoice::open(Backend& backend, bool check_weights, bool quiet) const {
-  if (is_synthetic()) return synthetic_model(synthetic_config(synthetic).config, backend, kSyntheticSeed);
+  if (is_synthetic()) {
+    return synthetic_model(synthetic_config(synthetic).config, backend, kSyntheticSeed,
+                           parse_synthetic_weights(weights.empty() ? "bf16" : weights));
+  }
   return open_model_showing_progress(dir, backend, check_weights, quiet);
 }
 

@@ -14,11 +14,13 @@ namespace plumb::cli {
 struct ModelChoice {
   std::string dir;        // --model
   std::string synthetic;  // --synthetic
+  std::string weights;    // --weights: the synthetic model's projections, bf16 or fp8 (empty: bf16)
 
-  // Adds --model (with `model_help`) and --synthetic to `command`.
+  // Adds --model (with `model_help`), --synthetic and --weights to `command`.
   void add_options(CLI::App& command, const std::string& model_help);
-  // Checks the choice before anything loads: not both, a known synthetic name, no --check-weights for random
-  // weights. Without either, dir becomes the default folder (model_dir_or_default), said on stderr unless `quiet`.
+  // Checks the choice before anything loads: not both, a known synthetic name and weight format (--weights only
+  // with --synthetic), no --check-weights for random weights. Without either, dir becomes the default folder
+  // (model_dir_or_default), said on stderr unless `quiet`.
   void resolve(bool check_weights, bool quiet);
   bool is_synthetic() const { return !synthetic.empty(); }
   // The model's configuration, before anything loads: the synthetic model's, or the folder's config.json.

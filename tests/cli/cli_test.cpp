@@ -183,6 +183,13 @@ TEST_F(Cli, GenerateRunsASyntheticModelOnTokenIds) {
   expect_clean_failure(run("generate --synthetic tiny --check-weights --ids 1"), "--synthetic tiny has none");
   expect_clean_failure(run("generate --synthetic tiny-ish --ids 1"), "unknown synthetic model 'tiny-ish' (known:");
   expect_clean_failure(run("serve --synthetic tiny --model " + model_), "give one of them");
+  // --weights fp8: the same shapes with FP8 projections (codes and multipliers), deterministic as well.
+  const Outcome fp8 = run(args + " --weights fp8");
+  ASSERT_EQ(fp8.status, 0) << fp8.err;
+  EXPECT_THAT(fp8.out, MatchesRegex("[0-9]+( [0-9]+){5}\n"));
+  EXPECT_EQ(run(args + " --weights fp8").out, fp8.out);
+  expect_clean_failure(run(args + " --weights fp4"), "--weights fp4: expected bf16 or fp8");
+  expect_clean_failure(run("generate --model " + model_ + " --weights fp8 --ids 1"), "a folder's is its own");
 }
 
 TEST_F(Cli, GenerateStopsAtAStopId) {
