@@ -107,27 +107,28 @@ Tensor expand_fp8_rows(const Tensor& bytes, const Tensor& row_scales, int64_t bl
   PLUMB_CHECK(row_scales.numel() == rows * scale_cols && row_scales.dim(-1) == scale_cols,
               "expand_fp8_rows: scales {} for {} rows of {} in blocks of {}", shape_str(row_scales.shape()), rows, cols,
               block_k);
-  // All 256 E4M3 values, so the inner loop is a table lookup.
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[i] = fp8_e4m3_to_f32(static_cast<uint8_t>(i));
-    return t;
-  }();
   Tensor out = Tensor::zeros(DType::kF32, bytes.shape());
   const auto* w = bytes.data_as<const uint8_t>();      // [rows, cols]
   const float* s = row_scales.data_as<const float>();  // [rows, scale_cols]
   float* o = out.f32();                                // [rows, cols]
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cols));
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      for (int64_t b = 0; b < scale_cols; ++b) {
-        const float scale = s[r * scale_cols + b];
-        const int64_t c_end = std::min(cols, (b + 1) * block_k);
-        for (int64_t c = b * block_k; c < c_end; ++c) o[r * cols + c] = table[w[r * cols + c]] * scale;
-      }
-    }
+    for (int64_t r = begin; r < end; ++r) widen_fp8_row(w + r * cols, s + r * scale_cols, cols, block_k, o + r * cols);
   });
   return out;
+}
+
+void widen_fp8_row(const uint8_t* codes, const float* scales, int64_t k, int64_t block_k, float* out) {
+  // All 256 E4M3 values, so the inner loop is a table lookup.
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = fp8_e4m3_to_f32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  for (int64_t b = 0; b * block_k < k; ++b) {
+    const int64_t end = std::min(k, (b + 1) * block_k);
+    for (int64_t c = b * block_k; c < end; ++c) out[c] = table[codes[c]] * scales[b];
+  }
 }
 
 Tensor widen_fp8_weight(const Tensor& weight) {

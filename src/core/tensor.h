@@ -86,6 +86,9 @@ class Tensor {
 // fp8(bytes[r, k]) * row_scales[r, k / block_k], each product rounded once. row_scales: F32 [rows, ceil(K / block_k)]
 // (rows: every dimension but the last). Host tensors.
 Tensor expand_fp8_rows(const Tensor& bytes, const Tensor& row_scales, int64_t block_k);
+// One row of it: out[c] = fp8(codes[c]) * scales[c / block_k] for c < k (codes [k], scales [ceil(k / block_k)],
+// out [k] F32). The one widening the CPU reference and the loader share.
+void widen_fp8_row(const uint8_t* codes, const float* scales, int64_t k, int64_t block_k, float* out);
 // An FP8 weight with its block scales, widened to F32 (expand_fp8_rows with kWeightScaleBlockK).
 Tensor widen_fp8_weight(const Tensor& weight);
 

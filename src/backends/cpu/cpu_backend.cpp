@@ -38,11 +38,11 @@ const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch)
   if (w.dtype() == DType::kF32) return w.data_as<const float>() + n * k;
   scratch.resize(static_cast<size_t>(k));
   const auto* base = static_cast<const unsigned char*>(w.data()) + static_cast<size_t>(n * k) * dtype_size(w.dtype());
-  convert_to_f32(w.dtype(), base, scratch.data(), static_cast<size_t>(k));
   if (const Tensor* scales = w.block_scales()) {
     // An FP8 weight: each code times its row's multiplier for its K-slice, one rounding (widen_fp8_weight's values).
-    const float* s = scales->data_as<const float>() + n * scales->dim(-1);
-    for (int64_t i = 0; i < k; ++i) scratch[i] *= s[i / kWeightScaleBlockK];
+    widen_fp8_row(base, scales->data_as<const float>() + n * scales->dim(-1), k, kWeightScaleBlockK, scratch.data());
+  } else {
+    convert_to_f32(w.dtype(), base, scratch.data(), static_cast<size_t>(k));
   }
   return scratch.data();
 }
