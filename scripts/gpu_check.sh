@@ -4,8 +4,9 @@
 #   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [fp8] [serve] [heldout]
 #     [demo] [ab] [profile] [timeline]
 #   (no argument: all; ab only where a baseline is there)
-# linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split at T <= 16), its bit-identity
-#           across row counts and splits, and cuBLAS through torch on the same shapes (bench/linear/cublas.py)
+# linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
+#           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
+#           (bench/linear/cublas.py); then the same for FP8 weights (linear_bench --weights fp8)
 # boundary  bench/step/phase_boundary.cu: what a dependency between two phases of a decode step costs as kernel
 #           launches replayed from a graph and as grid barriers in one persistent kernel (one-block phases and weight
 #           streams of the 35B products; the persistent one also with the next phase's weights in flight across
@@ -33,13 +34,14 @@
 # ab        bench/ab/ab.py: a baseline plumb (A: $PLUMB_AB_BASE, default build/ab-base/bin/plumb, unpacked from
 #           a carried build/ab-base/bin.tar.xz) against build/device's (B): plumb bench in alternating rounds (35B shapes, B=1
 #           and 16, prefill 2K) and a greedy token A/B on models/default at $PLUMB_AB_LENGTHS (default 2048,4000:
-#           its context is 4096 tokens, and generate refuses a prompt plus max tokens past it)
+#           its context is 4096 tokens, and generate refuses a prompt plus max tokens past it); $PLUMB_AB_BENCH_ARGS
+#           adds flags to the bench (--weights fp8, say)
 # profile   ncu's time for every kernel of one replayed decode step (35B shapes, batch 1 and 16), summed by kernel
 #           (tools/ncu_summary.py). ncu runs the kernels one at a time with cold caches, so the times here leave
 #           out what a replayed graph overlaps (programmatic launches, the second stream of Backend::concurrently).
 # timeline  a CUPTI kernel trace of replayed decode steps (35B shapes, batch 1 and 16; bench/trace/kernel_trace.cpp
 #           preloaded), summed per replay by bench/trace/timeline.py: each kernel's time running and the idle time
-#           before it, which ncu cannot see
+#           before it, which ncu cannot see; $PLUMB_TIMELINE_ARGS adds bench flags (--weights fp8, say)
 # Logs and JSON go to $OUT (or /tmp/plumb-gpu-check); the last lines printed are a summary table.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -71,6 +73,8 @@ if want linear; then
   echo "== linear"
   "$bin/linear_bench" "$out/linear_bench.json" 2>&1 | tee "$out/linear_bench.log"
   code=${PIPESTATUS[0]}
+  "$bin/linear_bench" --weights fp8 "$out/linear_bench_fp8.json" >"$out/linear_bench_fp8.log" 2>&1 || code=1
+  tail -n 1 "$out/linear_bench_fp8.log"
   # cuBLAS through torch on the same shapes, in the same call, against the same copy bandwidth.
   python3 bench/linear/cublas.py "$out/linear_bench.json" "$out/linear_cublas.json" 2>&1 | tee "$out/linear_cublas.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
@@ -282,8 +286,8 @@ if want timeline; then
   ok=pass
   # Through env, so that only plumb is traced, not timeout.
   timeout 300 env PLUMB_KERNEL_TRACE="$out/trace.csv" LD_PRELOAD="$root/$bin/libplumb_kernel_trace.so" "$plumb" bench \
-    --device cuda --synthetic --model qwen3.5-35b-a3b --batches 1,16 --steps 20 --warmup 2 --skip-kernels \
-    --prefill 64 >"$out/timeline_bench.log" 2>&1 || ok=FAIL
+    --device cuda --synthetic --model qwen3.5-35b-a3b ${PLUMB_TIMELINE_ARGS:-} --batches 1,16 --steps 20 --warmup 2 \
+    --skip-kernels --prefill 64 >"$out/timeline_bench.log" 2>&1 || ok=FAIL
   grep -E "kernel_trace|decode" "$out/timeline_bench.log" | head -n 8
   python3 bench/trace/timeline.py "$out/trace.csv" --sequence 60 --json "$out/timeline.json" | tee "$out/timeline.txt" || ok=FAIL
   gzip -f "$out/trace.csv"
@@ -298,8 +302,8 @@ if want ab; then
     sides=(--a "$ab_base" --b "$plumb" --label-a "${PLUMB_AB_LABEL_A:-baseline}" --label-b "$commit")
     timeout 300 "${ab[@]}" bench "${sides[@]}" --rounds "${PLUMB_AB_ROUNDS:-5}" --json "$out/ab_bench.json" \
       --markdown "$out/ab_bench.md" --work "$out/ab_bench" -- {plumb} bench --device cuda --synthetic \
-      --model qwen3.5-35b-a3b --batches 1,16 --prefill 2048 --prefill-repeats 1 --steps 5 --warmup 2 --skip-kernels \
-      --copy-mib 1024 --json {json} 2>"$out/ab_bench.log" || ok=FAIL
+      --model qwen3.5-35b-a3b ${PLUMB_AB_BENCH_ARGS:-} --batches 1,16 --prefill 2048 --prefill-repeats 1 --steps 5 \
+      --warmup 2 --skip-kernels --copy-mib 1024 --json {json} 2>"$out/ab_bench.log" || ok=FAIL
     timeout 200 "${ab[@]}" tokens "${sides[@]}" --model models/default --lengths "${PLUMB_AB_LENGTHS:-2048,4000}" \
       --prompts 3 --max-tokens 32 --device cuda --json "$out/ab_tokens.json" --markdown "$out/ab_tokens.md" \
       --work "$out/ab_tokens" 2>"$out/ab_tokens.log" || ok=FAIL

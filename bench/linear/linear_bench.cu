@@ -8,10 +8,15 @@
 // the same activations computed alone (T = 1), and that the T = 1 row matches a double-precision reference. The
 // device's copy bandwidth is measured in the same run (a 1 GiB device-to-device copy, median of 20), and every time is
 // also stated as a fraction of its byte floor (the weights over that bandwidth). A second table times each decode
-// product (T = 1 to 64) with K spread over 1, 2, 4, 8 and 16 blocks per tile, beside the split production chooses.
+// product (T = 1 to 64) with K spread over 1, 2, 4, 8 and 16 blocks per tile, beside the split production chooses,
+// and at T <= 16 also each streaming kernel pinned (the register ring, the shared-memory ring).
 //
-// Usage: linear_bench [out.json]
+// --weights fp8: the same for F8_E4M3 weights (random finite codes, a random multiplier per feature and K-slice) at
+// the sizes the FP8 checkpoints quantize (no lm_head, no router); the floor counts their bytes, codes and multipliers.
+//
+// Usage: linear_bench [--weights bf16|fp8] [out.json]
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +34,8 @@ namespace {
 using plumb::cuda::KernelFault;
 using plumb::cuda::LinearParams;
 using plumb::cuda::LinearShape;
+using plumb::cuda::LinearStreamKernel;
+using plumb::cuda::LinearWeights;
 
 constexpr size_t kRotateBytes = size_t{192} << 20;
 constexpr int kWarmup = 5;
@@ -64,20 +71,46 @@ __global__ void init_f32(float* x, int64_t count, uint32_t seed) {
     x[i] = __uint_as_float(random_f32_bits(i, seed));
 }
 
+// Random finite E4M3 codes (0x7f and 0xff, the NaNs, become 0x7e and 0xfe).
+__global__ void init_fp8(uint8_t* w, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint32_t code = hash(i, seed) & 0xffu;
+    w[i] = static_cast<uint8_t>((code & 0x7fu) == 0x7fu ? code - 1 : code);
+  }
+}
+
+// Random multipliers in [2^-10, 2^-6): the size of a published checkpoint's weight_scale_inv.
+__global__ void init_scales(float* s, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    s[i] = __uint_as_float((hash(i, seed) & 0x7FFFFFu) | ((117u + hash(i, seed + 1) % 4u) << 23));
+}
+
 // Row `row` of x := row 0 of `src` (both [*, k]).
 __global__ void copy_row(const float* src, float* x, int row, int k) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < k; i += gridDim.x * blockDim.x)
     x[int64_t{row} * k + i] = src[i];
 }
 
-// Reference for one product row: y[n] = sum_k bf16(x[k]) * w[n, k] in double, and sum |..| for the tolerance.
-__global__ void reference_row(const uint16_t* w, const float* x, int n, int k, double* y, double* magnitude) {
+// Reference for one product row: y[n] = sum_k bf16(x[k]) * w[n, k] in double (FP8: each code's value times its
+// feature's multiplier for the code's K-slice), and sum |..| for the tolerance. w: BF16 bits, or E4M3 codes with
+// scales [n, slices].
+__global__ void reference_row(const void* w, const float* scales, const float* x, int n, int k, double* y,
+                              double* magnitude) {
   const int f = blockIdx.x * blockDim.x + threadIdx.x;
   if (f >= n) return;
+  const int slices = (k + plumb::cuda::kLinearSliceK - 1) / plumb::cuda::kLinearSliceK;
   double sum = 0, mag = 0;
   for (int i = 0; i < k; ++i) {
     const float xb = __bfloat162float(__float2bfloat16_rn(x[i]));
-    const float wf = __uint_as_float(uint32_t{w[int64_t{f} * k + i]} << 16);
+    const int64_t at = int64_t{f} * k + i;
+    double wf;
+    if (scales == nullptr) {
+      wf = __uint_as_float(uint32_t{static_cast<const uint16_t*>(w)[at]} << 16);
+    } else {
+      __nv_fp8_e4m3 code;
+      code.__x = static_cast<const uint8_t*>(w)[at];
+      wf = double{static_cast<float>(code)} * scales[int64_t{f} * slices + i / plumb::cuda::kLinearSliceK];
+    }
     sum += double{xb} * wf;
     mag += std::fabs(double{xb} * wf);
   }
@@ -94,29 +127,9 @@ __global__ void spin(uint64_t ns) {
   } while (now - start < ns);
 }
 
-const char* shape_name(LinearShape s) {
-  switch (s) {
-    case LinearShape::kStream8:
-      return "Stream8";
-    case LinearShape::kStream16:
-      return "Stream16";
-    case LinearShape::kStream32:
-      return "Stream32";
-    case LinearShape::kStream64:
-      return "Stream64";
-    case LinearShape::kTiled64:
-      return "Tiled64";
-    case LinearShape::kTiled128:
-      return "Tiled128";
-    case LinearShape::kF32:
-      return "F32";
-  }
-  return "?";
-}
-
 struct Result {
   int n, k, t;
-  std::string shape;
+  std::string shape, kernel;
   int k_split;
   double us, gbps, tflops;
   bool identical;
@@ -158,14 +171,31 @@ double copy_gbps(cudaStream_t stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  LinearWeights w_type = LinearWeights::kBF16;
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--weights" && i + 1 < argc &&
+        (std::string(argv[i + 1]) == "bf16" || std::string(argv[i + 1]) == "fp8")) {
+      w_type = std::string(argv[++i]) == "fp8" ? LinearWeights::kFp8 : LinearWeights::kBF16;
+    } else if (arg.rfind("--", 0) != 0 && json_path == nullptr) {
+      json_path = argv[i];
+    } else {
+      std::fprintf(stderr, "linear_bench: unknown argument %s (usage: linear_bench [--weights bf16|fp8] [out.json])\n",
+                   argv[i]);
+      return 1;
+    }
+  }
+  const bool fp8 = w_type == LinearWeights::kFp8;
+  const size_t elem_bytes = fp8 ? 1 : 2;
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
 
-  const int sizes[][2] = {{32, 2048},  {8192, 2048}, {4096, 2048}, {2048, 4096},   {512, 2048},
-                          {256, 2048}, {1024, 2048}, {2048, 512},  {151936, 2048}, {248320, 2048}};
+  const int sizes[][2] = {{32, 2048},  {12288, 2048}, {8192, 2048}, {4096, 2048},   {2048, 4096},  {512, 2048},
+                          {256, 2048}, {1024, 2048},  {2048, 512},  {151936, 2048}, {248320, 2048}};
   const int rows_list[] = {1, 4, 16, 32, 64, 4096};
   std::vector<Result> results;
   bool all_ok = true;
@@ -179,18 +209,33 @@ int main(int argc, char** argv) {
   check(cudaMemset(arrivals, 0, sizeof(int32_t) << 20), "clear arrivals");
   check(cudaMalloc(&partials, sizeof(float) * partial_elems), "cudaMalloc partials");
   std::vector<Result> sweep;
-  std::printf("%8s %6s %6s %-9s %5s %10s %9s %7s %8s  %s\n", "N", "K", "T", "shape", "split", "us", "GB/s", "%copy",
-              "TFLOP/s", "bits vs T=1");
+  std::printf("%s weights\n%8s %6s %6s %-9s %-19s %5s %10s %9s %7s %8s  %s\n", fp8 ? "FP8" : "BF16", "N", "K", "T",
+              "shape", "kernel", "split", "us", "GB/s", "%copy", "TFLOP/s", "bits vs T=1");
 
   for (const auto& size : sizes) {
     const int n = size[0], k = size[1];
-    const size_t w_bytes = size_t{2} * n * k;
-    const int copies = w_bytes < (size_t{200} << 20) ? std::max<int>(3, (kRotateBytes + w_bytes - 1) / w_bytes) : 1;
-    uint16_t* w = nullptr;  // [copies, n, k] BF16
-    check(cudaMalloc(&w, w_bytes * copies), "cudaMalloc w");
+    // FP8 checkpoints keep the lm_head and the routers in BF16.
+    if (fp8 && (n < 64 || n > 100000)) continue;
+    const int slices = plumb::cuda::linear_slices(k);
+    const size_t code_bytes = elem_bytes * n * k;
+    const size_t w_bytes = code_bytes + (fp8 ? sizeof(float) * n * slices : 0);  // what a launch reads of weights
+    const int copies =
+        code_bytes < (size_t{200} << 20) ? std::max<int>(3, (kRotateBytes + code_bytes - 1) / code_bytes) : 1;
+    char* w = nullptr;        // [copies, n, k] BF16 or E4M3
+    float* scales = nullptr;  // [n, slices] F32, FP8 only
+    check(cudaMalloc(&w, code_bytes * copies), "cudaMalloc w");
     // Every copy holds the same values, so each launch computes the same product.
-    for (int c = 0; c < copies; ++c)
-      init_bf16<<<1024, 256, 0, stream>>>(w + static_cast<size_t>(c) * n * k, int64_t{n} * k, 7);
+    for (int c = 0; c < copies; ++c) {
+      if (fp8) {
+        init_fp8<<<1024, 256, 0, stream>>>(reinterpret_cast<uint8_t*>(w + c * code_bytes), int64_t{n} * k, 7);
+      } else {
+        init_bf16<<<1024, 256, 0, stream>>>(reinterpret_cast<uint16_t*>(w + c * code_bytes), int64_t{n} * k, 7);
+      }
+    }
+    if (fp8) {
+      check(cudaMalloc(&scales, sizeof(float) * n * slices), "cudaMalloc scales");
+      init_scales<<<64, 256, 0, stream>>>(scales, int64_t{n} * slices, 9);
+    }
     check(cudaGetLastError(), "init w");
 
     // The T = 1 row, alone and against the reference.
@@ -202,7 +247,7 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&ref, sizeof(double) * n), "cudaMalloc ref");
     check(cudaMalloc(&mag, sizeof(double) * n), "cudaMalloc mag");
     init_f32<<<64, 256, 0, stream>>>(x1, k, 11);
-    reference_row<<<(n + 127) / 128, 128, 0, stream>>>(w, x1, n, k, ref, mag);
+    reference_row<<<(n + 127) / 128, 128, 0, stream>>>(w, scales, x1, n, k, ref, mag);
     std::vector<float> row1(n);
     std::vector<double> ref_host(n), mag_host(n);
 
@@ -219,8 +264,9 @@ int main(int argc, char** argv) {
       copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
 
       LinearParams p;
-      p.shape = plumb::cuda::choose_linear_shape(plumb::cuda::LinearWeights::kBF16, t, t, n, sms);
-      p.w_type = plumb::cuda::LinearWeights::kBF16;
+      p.shape = plumb::cuda::choose_linear_shape(w_type, t, t, n, sms);
+      p.w_type = w_type;
+      p.w_scales = scales;
       p.y = y;
       p.rows = t;
       p.n = n;
@@ -236,7 +282,7 @@ int main(int argc, char** argv) {
         p.x = x_bf16;
       }
       auto launch = [&](int i) {
-        p.w = w + size_t(i % copies) * n * k;
+        p.w = w + (i % copies) * code_bytes;
         plumb::cuda::launch_linear(p, KernelFault::kNone, stream);
       };
 
@@ -273,26 +319,36 @@ int main(int argc, char** argv) {
         const double gbps = w_bytes / (us * 1e3);
         const double tflops = 2.0 * t * n * k / (us * 1e6);
         const int split = plumb::cuda::linear_k_split(k, p.k_split);
-        std::printf("%8d %6d %6d %-9s %5d %10.2f %9.1f %6.1f%% %8.2f  %s\n", n, k, t, shape_name(p.shape), split, us,
-                    gbps, 100.0 * gbps / copy, tflops, same ? "PASS" : "FAIL");
-        into.push_back({n, k, t, shape_name(p.shape), split, us, gbps, tflops, same});
+        const char* kernel = plumb::cuda::linear_stream_kernel_name(p.stream_kernel);
+        std::printf("%8d %6d %6d %-9s %-19s %5d %10.2f %9.1f %6.1f%% %8.2f  %s\n", n, k, t,
+                    plumb::cuda::linear_shape_name(p.shape), kernel, split, us, gbps, 100.0 * gbps / copy, tflops,
+                    same ? "PASS" : "FAIL");
+        into.push_back({n, k, t, plumb::cuda::linear_shape_name(p.shape), kernel, split, us, gbps, tflops, same});
       };
       report(results, identical);
       if (t <= 64 && n < 100000) {
         const int32_t chosen = p.k_split;
-        for (int32_t split : {1, 2, 4, 8, 16}) {
-          p.k_split = split;
-          if (plumb::cuda::linear_k_split(k, split) != split) continue;
-          // Each forced split's probe row must give the chosen launch's bytes too.
-          launch(0);
-          std::vector<float> row(n);
-          check(cudaMemcpyAsync(row.data(), y + size_t(probe) * n, sizeof(float) * n, cudaMemcpyDeviceToHost, stream),
-                "download");
-          check(cudaStreamSynchronize(stream), "forced split");
-          const bool same = std::memcmp(row.data(), row1.data(), sizeof(float) * n) == 0;
-          all_ok = all_ok && same;
-          report(sweep, same);
-        }
+        for (const LinearStreamKernel kernel :
+             {LinearStreamKernel::kByOccupancy, LinearStreamKernel::kRegisterRing, LinearStreamKernel::kSharedRing})
+          for (int32_t split : {1, 2, 4, 8, 16}) {
+            p.stream_kernel = kernel;
+            p.k_split = split;
+            if (plumb::cuda::linear_k_split(k, split) != split) continue;
+            // The pinned kernels at T <= 16 only, where both can run.
+            if (kernel != LinearStreamKernel::kByOccupancy &&
+                (t > 16 || plumb::cuda::linear_launch_refusal(p) != nullptr))
+              continue;
+            // Each forced split's probe row must give the chosen launch's bytes too.
+            launch(0);
+            std::vector<float> row(n);
+            check(cudaMemcpyAsync(row.data(), y + size_t(probe) * n, sizeof(float) * n, cudaMemcpyDeviceToHost, stream),
+                  "download");
+            check(cudaStreamSynchronize(stream), "forced split");
+            const bool same = std::memcmp(row.data(), row1.data(), sizeof(float) * n) == 0;
+            all_ok = all_ok && same;
+            report(sweep, same);
+          }
+        p.stream_kernel = LinearStreamKernel::kByOccupancy;
         p.k_split = chosen;
       }
       cudaFree(x);
@@ -300,6 +356,7 @@ int main(int argc, char** argv) {
       cudaFree(y);
     }
     cudaFree(w);
+    cudaFree(scales);
     cudaFree(x1);
     cudaFree(y1);
     cudaFree(ref);
@@ -309,23 +366,23 @@ int main(int argc, char** argv) {
   cudaFree(partials);
   std::printf("%s\n", all_ok ? "ALL PASS" : "SOME FAIL");
 
-  if (argc > 1) {
-    FILE* out = std::fopen(argv[1], "w");
+  if (json_path != nullptr) {
+    FILE* out = std::fopen(json_path, "w");
     if (out == nullptr) {
-      std::fprintf(stderr, "linear_bench: cannot write %s\n", argv[1]);
+      std::fprintf(stderr, "linear_bench: cannot write %s\n", json_path);
       return 1;
     }
-    std::fprintf(out, "{\"benchmark\": \"linear\", \"all_pass\": %s, \"copy_gbps\": %.1f", all_ok ? "true" : "false",
-                 copy);
+    std::fprintf(out, "{\"benchmark\": \"linear\", \"weights\": \"%s\", \"all_pass\": %s, \"copy_gbps\": %.1f",
+                 fp8 ? "fp8" : "bf16", all_ok ? "true" : "false", copy);
     for (const auto* table : {&results, &sweep}) {
       std::fprintf(out, ", \"%s\": [\n", table == &results ? "results" : "split_sweep");
       for (size_t i = 0; i < table->size(); ++i) {
         const Result& r = (*table)[i];
         std::fprintf(out,
-                     "  {\"n\": %d, \"k\": %d, \"t\": %d, \"shape\": \"%s\", \"k_split\": %d, \"us\": %.3f, "
-                     "\"weight_gbps\": %.1f, \"tflops\": %.3f, \"bit_identical\": %s}%s\n",
-                     r.n, r.k, r.t, r.shape.c_str(), r.k_split, r.us, r.gbps, r.tflops, r.identical ? "true" : "false",
-                     i + 1 < table->size() ? "," : "");
+                     "  {\"n\": %d, \"k\": %d, \"t\": %d, \"shape\": \"%s\", \"kernel\": \"%s\", \"k_split\": %d, "
+                     "\"us\": %.3f, \"weight_gbps\": %.1f, \"tflops\": %.3f, \"bit_identical\": %s}%s\n",
+                     r.n, r.k, r.t, r.shape.c_str(), r.kernel.c_str(), r.k_split, r.us, r.gbps, r.tflops,
+                     r.identical ? "true" : "false", i + 1 < table->size() ? "," : "");
       }
       std::fprintf(out, "]");
     }

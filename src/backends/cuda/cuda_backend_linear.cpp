@@ -57,24 +57,12 @@ void expect_product_output(const Tensor& x, const Tensor& w, const Tensor& y, co
   PLUMB_CHECK(y.data() != x.data() || x.dim(0) == 0 || w.dim(0) == 0, "{}: {} must not alias x", op, name);
 }
 
-const char* stream_kernel_name(cuda::LinearStreamKernel kernel) {
-  switch (kernel) {
-    case cuda::LinearStreamKernel::kRegisterRing:
-      return "register ring";
-    case cuda::LinearStreamKernel::kSharedRing:
-      return "shared-memory ring";
-    case cuda::LinearStreamKernel::kByOccupancy:
-      break;
-  }
-  return "kernel by occupancy";
-}
-
 void refuse_variant(const cuda::LinearVariant& variant, const cuda::LinearParams& params, const char* op) {
   const char* refusal = cuda::linear_launch_refusal(params);
   PLUMB_CHECK(refusal == nullptr,
               "{}: the forced variant {} ({}, {} warps, K split {}) cannot run {} rows of [{}, {}] {} "
               "weights here: {}",
-              op, cuda::linear_shape_name(variant.shape), stream_kernel_name(variant.stream_kernel),
+              op, cuda::linear_shape_name(variant.shape), cuda::linear_stream_kernel_name(variant.stream_kernel),
               variant.stream_warps, variant.k_split, params.rows, params.n, params.k,
               cuda::linear_weights_name(params.w_type), refusal);
 }

@@ -182,7 +182,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
       for (int mt = 0; mt < S::kMTiles; ++mt)
 #pragma unroll
         for (int nt = 0; nt < S::kNTiles; ++nt)
-          end_slice<W, kFault>(p, s / kStagesPerSlice, 0, 0, 0, scales[mt], acc[mt][nt], sum[mt][nt]);
+          end_slice<W>(p, s / kStagesPerSlice, 0, 0, 0,
+                       slice_multipliers<W, kFault>(p, scales[mt], s / kStagesPerSlice), acc[mt][nt], sum[mt][nt]);
     }
   }
 
@@ -429,15 +430,24 @@ int32_t choose_linear_k_split(const LinearParams& p, int sm_count) {
   // and their partial sums than they gain in loads in flight.
   // A grouped product runs the register-ring kernel, whose warps keep fewer loads in flight than the shared-memory
   // ring's: it wants twice as many of them.
+  // FP8 weights cost instructions to widen (a few per pair of codes), and a warp waits on their results: with a BF16
+  // product's four warps a multiprocessor, one or two a scheduler, half its issue cycles go unused (ncu, 12288 x 2048
+  // at T=1). linear_bench --weights fp8's sweep (H200, 2026-12-04): one to 8 rows run fastest with about 16 warps a
+  // multiprocessor (12288 x 2048: split 2, 20.4 against 23.5 µs whole; 8192 x 2048: 4; 4096 x 2048: 8; 2048 x 4096:
+  // 16), 16 rows with about 8 (8192 x 2048: 2; 2048 x 4096: 8, 21 against 52 µs whole).
+  const bool fp8 = p.w_type == LinearWeights::kFp8;
   const int64_t warps = static_cast<int64_t>((p.n + 15) / 16) * row_tiles(p);
-  const int64_t per_sm = p.tiles != nullptr ? 8 : 4;
+  const int64_t fp8_factor = !fp8 ? 1 : (p.shape == LinearShape::kStream8 && p.tiles == nullptr ? 4 : 2);
+  const int64_t per_sm = (p.tiles != nullptr ? 8 : 4) * fp8_factor;
   const int64_t split = per_sm * static_cast<int64_t>(sm_count) / std::max<int64_t>(warps, 1);
   if (split <= 1) return 1;
-  // The partial sums travel through L2 and back: worth it only while small beside the weights they replace.
+  // The partial sums travel through L2 and back: worth it only while small beside the weights they replace (BF16: a
+  // quarter of their bytes). FP8's gain from more warps outweighs partial sums as large as its weights (the 16-row
+  // splits above).
   const int64_t matrices = p.tiles != nullptr ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
   const int64_t partial_bytes = slices * p.rows * p.n * int64_t{4};
-  const int64_t weight_bytes = (p.w_type == LinearWeights::kFp8 ? 1 : 2) * int64_t{p.n} * p.k * matrices;
-  if (4 * partial_bytes > weight_bytes) return 1;
+  const int64_t weight_bytes = (fp8 ? 1 : 2) * int64_t{p.n} * p.k * matrices;
+  if ((fp8 ? 1 : 4) * partial_bytes > weight_bytes) return 1;
   return linear_k_split(p.k, split);
 }
 
@@ -539,6 +549,18 @@ const char* linear_weights_name(LinearWeights w_type) {
       break;
   }
   return "FP8";
+}
+
+const char* linear_stream_kernel_name(LinearStreamKernel kernel) {
+  switch (kernel) {
+    case LinearStreamKernel::kRegisterRing:
+      return "register ring";
+    case LinearStreamKernel::kSharedRing:
+      return "shared-memory ring";
+    case LinearStreamKernel::kByOccupancy:
+      break;
+  }
+  return "kernel by occupancy";
 }
 
 const char* linear_shape_name(LinearShape shape) {

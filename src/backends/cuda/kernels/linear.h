@@ -149,6 +149,7 @@ constexpr int32_t kLinearSplitEverySlice = 1 << 20;
 std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows);
 const char* linear_weights_name(LinearWeights w_type);
 const char* linear_shape_name(LinearShape shape);
+const char* linear_stream_kernel_name(LinearStreamKernel kernel);
 
 // y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.
 // x [count] F32; y [count] BF16 bits.

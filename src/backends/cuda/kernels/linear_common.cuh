@@ -249,23 +249,37 @@ __device__ __forceinline__ void start_running_sums(float (&sum)[kNTiles][4]) {
     for (int i = 0; i < 4; ++i) sum[nt][i] = -0.0f;
 }
 
-// Ends slice `slice` of a tile: scaled weights multiply its accumulator `acc` by the features' multipliers for the
+// One slice's multipliers for a warp's features `feature` (lo) and `feature` + 8 (hi); unscaled weights never read
+// them.
+struct SliceMultipliers {
+  float lo = 1.0f, hi = 1.0f;
+};
+
+// Slice `slice`'s multipliers (0 past n; none read past the last slice). The streaming kernels load them a slice ahead
+// of its end, so that the end of a slice never waits on a load. The planted control takes the next slice's (the first
+// slice's for the last).
+template <class W, KernelFault kFault>
+__device__ __forceinline__ SliceMultipliers slice_multipliers(const LinearParams& p, const SliceScales& scales,
+                                                              int slice) {
+  if constexpr (!W::kScaled) return {};
+  const int slices = (p.k + kSliceK - 1) / kSliceK;
+  if (slice >= slices) return {};
+  const int at = kFault == KernelFault::kLinearFp8ScaleNextSlice ? (slice + 1) % slices : slice;
+  return {scales.lo != nullptr ? __ldg(scales.lo + at) : 0.0f, scales.hi != nullptr ? __ldg(scales.hi + at) : 0.0f};
+}
+
+// Ends slice `slice` of a tile: scaled weights multiply its accumulator `acc` by the features' multipliers `m` for the
 // slice (acc[0], acc[1] are feature `feature`'s, acc[2], acc[3] feature + 8's); then it is added to the running sum
 // `sum` (which starts at -0, the identity of F32 addition, so the first slice's sum is its partial sum exactly), or,
 // in a split product, stored as the slice's partial sums for the fold; then it restarts from zero.
-template <class W, KernelFault kFault>
+template <class W>
 __device__ __forceinline__ void end_slice(const LinearParams& p, int slice, int row0, int row_end, int feature,
-                                          const SliceScales& scales, float (&acc)[4], float (&sum)[4]) {
+                                          const SliceMultipliers& m, float (&acc)[4], float (&sum)[4]) {
   if constexpr (W::kScaled) {
-    // The planted control takes the next slice's multipliers (the first slice's for the last).
-    const int slices = (p.k + kSliceK - 1) / kSliceK;
-    const int at = kFault == KernelFault::kLinearFp8ScaleNextSlice ? (slice + 1) % slices : slice;
-    const float lo = scales.lo != nullptr ? scales.lo[at] : 0.0f;
-    const float hi = scales.hi != nullptr ? scales.hi[at] : 0.0f;
-    acc[0] = __fmul_rn(acc[0], lo);
-    acc[1] = __fmul_rn(acc[1], lo);
-    acc[2] = __fmul_rn(acc[2], hi);
-    acc[3] = __fmul_rn(acc[3], hi);
+    acc[0] = __fmul_rn(acc[0], m.lo);
+    acc[1] = __fmul_rn(acc[1], m.lo);
+    acc[2] = __fmul_rn(acc[2], m.hi);
+    acc[3] = __fmul_rn(acc[3], m.hi);
   }
   if (p.k_split > 1) {
     store_tile(p.partials + static_cast<int64_t>(slice) * p.rows * p.n, p.n, row0, row_end, feature, acc);

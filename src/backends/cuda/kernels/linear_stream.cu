@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   cp_async_commit();
 
   static_assert(S::kRing % kSliceChunks == 0, "a ring of whole slices keeps their ends at fixed slots");
+  // The multipliers of the slice being summed, loaded as the slice before it ends.
+  SliceMultipliers multipliers = slice_multipliers<W, kFault>(p, scales, sr.begin);
   float acc[S::kNTiles][4] = {};
   float sum[S::kNTiles][4];
   start_running_sums(sum);
@@ -139,11 +141,11 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
         }
         // The end of a slice that has k in it (the last one may be short).
         if (i % kSliceChunks == kSliceChunks - 1 && c - (kSliceChunks - 1) < all_chunks) {
+          const int slice = sr.begin + c / kSliceChunks;
 #pragma unroll
-          for (int nt = 0; nt < S::kNTiles; ++nt) {
-            end_slice<W, kFault>(p, sr.begin + c / kSliceChunks, rt.begin + nt * 8, rt.end, feature, scales, acc[nt],
-                                 sum[nt]);
-          }
+          for (int nt = 0; nt < S::kNTiles; ++nt)
+            end_slice<W>(p, slice, rt.begin + nt * 8, rt.end, feature, multipliers, acc[nt], sum[nt]);
+          multipliers = slice_multipliers<W, kFault>(p, scales, slice + 1);
         }
         const int kk = (c + S::kRing) * kChunkK + 8 * q;
         ring[i].lo = weight_unit<W, kVec>(w_lo, kk, k_len);
@@ -163,6 +165,68 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   for (int nt = 0; nt < S::kNTiles; ++nt) store_output_tile<kFault>(p, rt.begin + nt * 8, rt.end, feature, sum[nt]);
 }
 
+// A warp's weights for one stage of the ring. BF16: chunk c's row-g units of its 32 lanes (lane order), then its row
+// g + 8 units, each lane copying the 16 bytes it reads itself. FP8: the warp's 16 rows (row r is feature r of the
+// warp's 16, so lane g's rows g and g + 8), 128 bytes each, copied a 16-byte unit per lane and instruction, eight lanes
+// a row, so every copy is a whole line and moves as many bytes as BF16's; unit u of row r sits at unit u ^ (2r mod 8),
+// so that the 8-byte reads of half a warp (rows g to g + 3, units 2c and 2c + 1 of each) meet every bank once.
+template <class W>
+struct StagedWeights {
+  static constexpr int kLaneBytes = static_cast<int>(sizeof(WeightBits<W>));
+  static constexpr int kBytes = kSliceChunks * 2 * 32 * kLaneBytes;  // a warp's, one stage
+  static_assert(W::kScaled ? kBytes == 16 * kSliceK : true, "FP8: 16 rows of one slice");
+
+  __device__ static int fp8_offset(int row, int unit) { return row * kSliceK + ((unit ^ ((2 * row) & 7)) * 16); }
+
+  // Copies k [k0, k0 + kSliceK) of the warp's rows into `dst` (zero past k_len and past n). w_warp: the warp's first
+  // row from the block's first k, `valid_rows` of its 16 past n's edge; w_lo, w_hi: lane g's rows g and g + 8 (nullptr
+  // past n).
+  template <bool kVec>
+  __device__ static void load(char* dst, const typename W::Elem* w_warp, int valid_rows, const typename W::Elem* w_lo,
+                              const typename W::Elem* w_hi, const typename W::Elem* any_valid, int64_t k, int k0,
+                              int k_len) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
+    if constexpr (W::kScaled) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int row = j * 4 + lane / 8, unit = lane % 8;
+        const uint8_t* src = row < valid_rows ? w_warp + row * k : nullptr;
+        stage_unit<uint8_t, kVec>(dst + fp8_offset(row, unit), src, any_valid, k0 + unit * 16, k_len);
+      }
+    } else {
+      char* mine = dst + lane * kLaneBytes;
+      if (kVec && w_hi != nullptr && k0 + kSliceK <= k_len) {
+        // Both rows exist and the stage lies within k: no per-unit checks.
+#pragma unroll
+        for (int c = 0; c < kSliceChunks; ++c) {
+          cp_async_16_line(mine + (2 * c) * 32 * kLaneBytes, w_lo + k0 + c * kChunkK + 8 * q);
+          cp_async_16_line(mine + (2 * c + 1) * 32 * kLaneBytes, w_hi + k0 + c * kChunkK + 8 * q);
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < kSliceChunks; ++c) {
+          const int kk = k0 + c * kChunkK + 8 * q;
+          stage_unit<uint16_t, kVec>(mine + (2 * c) * 32 * kLaneBytes, w_lo, any_valid, kk, k_len);
+          stage_unit<uint16_t, kVec>(mine + (2 * c + 1) * 32 * kLaneBytes, w_hi, any_valid, kk, k_len);
+        }
+      }
+    }
+  }
+
+  // The lane's 8 k of chunk c of rows g (lo) and g + 8 (hi), widened to BF16 pairs.
+  __device__ static void read(const char* src, int c, uint4* lo, uint4* hi) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+    if constexpr (W::kScaled) {
+      const int at = (q % 2) * 8;
+      *lo = widen_weights<W>(*reinterpret_cast<const uint2*>(src + fp8_offset(g, 2 * c + q / 2) + at));
+      *hi = widen_weights<W>(*reinterpret_cast<const uint2*>(src + fp8_offset(g + 8, 2 * c + q / 2) + at));
+    } else {
+      *lo = *reinterpret_cast<const uint4*>(src + (2 * c * 32 + lane) * kLaneBytes);
+      *hi = *reinterpret_cast<const uint4*>(src + ((2 * c + 1) * 32 + lane) * kLaneBytes);
+    }
+  }
+};
+
 // The shared-memory ring kernel's launch shapes, for plain decode products: stages of 4 chunks of k holding each
 // warp's 16 weight rows (4 KB of BF16, 2 KB of FP8) and the activations (512 bytes a row), kDepth stages deep. Up
 // to 8 rows: one-warp blocks, each with its own copy of the activations and 20 KB of BF16 weights in flight (a product
@@ -176,10 +240,8 @@ struct RingShape {
   static constexpr int kNTiles = kNTiles_, kWarps = kWarps_, kDepth = kDepth_;
   static constexpr int kRows = 8 * kNTiles, kStageChunks = 4;
   static constexpr int kStageK = kChunkK * kStageChunks;
-  static constexpr int kUnitsX = kStageK * 4 / 16;  // 16-byte units per slab row
-  // A lane's bytes of one chunk of one weight row, and a warp's weights for a stage.
-  static constexpr int kLaneBytes = static_cast<int>(sizeof(WeightBits<W>));
-  static constexpr int kWeightBytes = kStageChunks * 2 * 32 * kLaneBytes;
+  static constexpr int kUnitsX = kStageK * 4 / 16;               // 16-byte units per slab row
+  static constexpr int kWeightBytes = StagedWeights<W>::kBytes;  // a warp's weights for a stage
   static_assert(kUnitsX % 8 == 0, "the swizzle needs rows of whole 128-byte windows");
   // Bytes of a launch's ring: rows = the product's rows.
   static constexpr int ring_bytes(int rows) { return kDepth * (rows * kUnitsX * 16 + kWarps * kWeightBytes); }
@@ -188,22 +250,6 @@ using Ring8 = RingShape<1, 1, 6, Bf16Weights>;
 using Ring16 = RingShape<2, 4, 8, Bf16Weights>;
 using Ring8Fp8 = RingShape<1, 1, 11, Fp8Weights>;
 using Ring16Fp8 = RingShape<2, 4, 12, Fp8Weights>;
-
-// Stages the lane's 8 k from kk of one weight row (nullptr: a feature past n) at dst in their stored form, zero past
-// k. kVec: one cp.async (row aligned, k a multiple of the unit); otherwise element by element, the same bytes.
-template <class W, bool kVec>
-__device__ __forceinline__ void stage_weights(char* dst, const typename W::Elem* row, const typename W::Elem* any_valid,
-                                              int kk, int k) {
-  if constexpr (W::kScaled) {
-    if (kVec && row != nullptr && kk < k) {
-      cp_async_8(dst, row + kk);
-    } else {
-      *reinterpret_cast<WeightBits<W>*>(dst) = weight_unit<W, false>(row, kk, k);
-    }
-  } else {
-    stage_unit<uint16_t, kVec>(dst, row, any_valid, kk, k);
-  }
-}
 
 // The block's barrier: __syncwarp for a block of one warp.
 template <class S>
@@ -218,16 +264,13 @@ __device__ __forceinline__ void block_barrier() {
 // Block of kWarps warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every row of a
 // plain product of up to kRows rows over the block's run of K-slices, chunk after chunk in ascending k: the
 // arithmetic of linear.h. Block b takes K-group b % k_split of feature block b / k_split. Each stage is one slice and
-// is one cp.async group; every lane copies the weight bytes it reads itself, so only the activations need a barrier
-// (__syncwarp for one warp).
+// is one cp.async group, made the block's (or for one warp the warp's) by the barrier every stage begins with.
 template <class S, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(const LinearParams p) {
   wait_for_prior_grid();
   using W = typename S::W;
   using WElem = typename W::Elem;
-  // kDepth stages x [activations: rows x kStageK F32 | warp 0's weights | warp 1's | ...]. A warp's weights for a
-  // stage: chunk c's row-g units of its 32 lanes (32 x kLaneBytes, lane order), then its row g + 8 units.
-  constexpr int kBlockBytes = 32 * S::kLaneBytes;
+  // kDepth stages x [activations: rows x kStageK F32 | warp 0's weights | warp 1's | ...] (StagedWeights).
   extern __shared__ __align__(128) char smem[];
   __shared__ int64_t x_offset[S::kRows];  // element offset of each product row's activations
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = S::kWarps == 1 ? 0 : static_cast<int>(threadIdx.x) / 32;
@@ -255,7 +298,9 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   const auto* x = static_cast<const float*>(p.x);  // [x_rows, k]
   const int slab_bytes = rows * S::kUnitsX * 16;
   const int stage_bytes = slab_bytes + S::kWarps * S::kWeightBytes;
-  const int lane_weights = slab_bytes + warp * S::kWeightBytes + lane * S::kLaneBytes;  // this lane's, in a stage
+  const int warp_weights = slab_bytes + warp * S::kWeightBytes;  // this warp's, in a stage
+  const WElem* w_warp = warp_active ? w + static_cast<int64_t>(warp_feature0) * p.k + kb : w;  // [16, k] from kb
+  const int valid_rows = min(16, p.n - warp_feature0);
   const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
   static_assert(S::kStageChunks == kSliceChunks, "a stage is one slice");
   const int stages = (all_chunks + S::kStageChunks - 1) / S::kStageChunks;
@@ -266,21 +311,8 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
     char* stage = smem + (s % S::kDepth) * stage_bytes;
     const int k0 = s * S::kStageK;
     stage_x_slab<S, kVec>(x, x_offset, rows, k_end, kb + k0, stage);
-    char* dst = stage + lane_weights;
-    if (kVec && !W::kScaled && w_hi != nullptr && k0 + S::kStageK <= k_len) {
-      // Both rows exist and the stage lies within k: no per-unit checks.
-#pragma unroll
-      for (int c = 0; c < S::kStageChunks; ++c) {
-        cp_async_16_line(dst + (2 * c) * kBlockBytes, w_lo + k0 + c * kChunkK + 8 * q);
-        cp_async_16_line(dst + (2 * c + 1) * kBlockBytes, w_hi + k0 + c * kChunkK + 8 * q);
-      }
-    } else if (warp_active) {
-#pragma unroll
-      for (int c = 0; c < S::kStageChunks; ++c) {
-        const int kk = k0 + c * kChunkK + 8 * q;
-        stage_weights<W, kVec>(dst + (2 * c) * kBlockBytes, w_lo, w, kk, k_len);
-        stage_weights<W, kVec>(dst + (2 * c + 1) * kBlockBytes, w_hi, w, kk, k_len);
-      }
+    if (warp_active) {
+      StagedWeights<W>::template load<kVec>(stage + warp_weights, w_warp, valid_rows, w_lo, w_hi, w, p.k, k0, k_len);
     }
     cp_async_commit();
   };
@@ -292,6 +324,8 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
     }
   }
 
+  // The multipliers of the slice being summed, loaded as the slice before it ends.
+  SliceMultipliers multipliers = slice_multipliers<W, kFault>(p, scales, sr.begin);
   float acc[S::kNTiles][4] = {};
   float sum[S::kNTiles][4];
   start_running_sums(sum);
@@ -310,10 +344,8 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 #pragma unroll
     for (int c = 0; c < S::kStageChunks; ++c) {
       if (s * S::kStageChunks + c >= chunks) break;
-      const uint4 lo =
-          widen_weights<W>(*reinterpret_cast<const WeightBits<W>*>(stage + lane_weights + 2 * c * kBlockBytes));
-      const uint4 hi =
-          widen_weights<W>(*reinterpret_cast<const WeightBits<W>*>(stage + lane_weights + (2 * c + 1) * kBlockBytes));
+      uint4 lo, hi;
+      StagedWeights<W>::read(stage + warp_weights, c, &lo, &hi);
 #pragma unroll
       for (int nt = 0; nt < S::kNTiles; ++nt) {
         const int row = nt * 8 + g;
@@ -322,9 +354,9 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < S::kNTiles; ++nt) {
-      end_slice<W, kFault>(p, sr.begin + s, nt * 8, rows, feature, scales, acc[nt], sum[nt]);
-    }
+    for (int nt = 0; nt < S::kNTiles; ++nt)
+      end_slice<W>(p, sr.begin + s, nt * 8, rows, feature, multipliers, acc[nt], sum[nt]);
+    multipliers = slice_multipliers<W, kFault>(p, scales, sr.begin + s + 1);
   }
 
   if (p.k_split > 1) {

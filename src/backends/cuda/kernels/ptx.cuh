@@ -38,11 +38,7 @@ __device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared_address(smem)), "l"(gmem)
                : "memory");
 }
-// 8 bytes (cp.async copies of fewer than 16 bytes go through L1).
-__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_address(smem)), "l"(gmem) : "memory");
-}
-// 4 bytes, likewise.
+// 4 bytes (cp.async copies of fewer than 16 bytes go through L1).
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(smem)), "l"(gmem) : "memory");
 }
