@@ -26,7 +26,7 @@ namespace plumb::harness {
 // --- Error-bound constants (derivations in docs/kernel-contract.md) ---
 // F32 unit roundoff: one correctly rounded F32 operation has relative error at most 2^-24.
 inline constexpr double kF32Unit = 0x1.0p-24;
-// A tensor-core operand rounded to BF16 (round to nearest: 2^-9 relative), doubled to absorb second-order terms.
+// A tensor-core operand rounded to BF16 to nearest: relative error at most 2^-8 (8 significant bits).
 inline constexpr double kBf16Operand = 0x1.0p-8;
 // Relative error allowed each transcendental (exp, log1p, rsqrt, sigmoid, sin/cos) on either backend: 8 F32 ulps,
 // which covers CUDA's fast intrinsics (__expf: 2 + 1.16·|x| ulp) over the argument ranges the cases use.
