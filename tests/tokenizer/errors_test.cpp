@@ -124,6 +124,13 @@ TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
                 .find("too much work"),
             std::string::npos);
   EXPECT_NE(render_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
+  EXPECT_NE(render_error("{{ 'ab' * 9 ** 9 }}").find("string repetition is too long"), std::string::npos);
+  EXPECT_NE(render_error("{{ [1] * 9 ** 9 }}").find("list repetition is too long"), std::string::npos);
+  // An empty sequence repeated any number of times is empty at once (tokenizer_fuzz timed out on `() * 9 ** 9`).
+  EXPECT_EQ(render_chat(ChatTemplate::from_string("{{ (() * 9 ** 18) | length }}|{{ ('' * 9 ** 18) | length }}|"
+                                                  "{{ [] * 2 }}{{ 'x' * -1 }}{{ 'ab' * 2 }}"),
+                        kwargs),
+            "0|0|[]abab");
   EXPECT_NE(error_of([] {
               render_chat(ChatTemplate::from_string("x"), nlohmann::ordered_json::object());
             }).find("\"messages\""),
