@@ -8,8 +8,10 @@
 namespace plumb {
 namespace {
 
-// The fewest page-table entries a recording gives a sequence: short sequences share one recording.
-constexpr int64_t kMinPageStride = 16;
+// The fewest page-table entries a recording gives a sequence: short sequences share one recording. Four pages (256
+// positions) is one attention segment (kernels/attention.h on the GPU): a recording for sequences that short runs
+// attention as one CTA a token, and longer ones get recordings with as many CTAs a token as their stride's segments.
+constexpr int64_t kMinPageStride = 4;
 
 }  // namespace
 

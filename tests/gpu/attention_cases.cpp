@@ -7,7 +7,10 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
+#include <vector>
 
+#include "backends/cuda/kernels/attention.h"
 #include "core/parallel.h"
 #include "op_harness.h"
 
@@ -152,7 +155,10 @@ SeqInputs attention_inputs(std::mt19937_64& rng, const AttentionShape& s, const 
 // The bound of docs/kernel-contract.md §Attention for each output element, from the reference softmax in double:
 // scores err by σ_j = scale·(2·r_bf16 + (d + 8)·2^-23)·Σ_c |q_c k_jc| (q and k rounded to BF16, F32 dot); to first
 // order that moves o_c by Σ_j p_j σ_j |v_jc − o_c| (×1.1 for second order), and the BF16 V and P operands, the
-// exponentials and the F32 sums over n keys add (2·r_bf16 + 4·r_exp + 2(n + 64)·2^-24)·Σ_j p_j |v_jc|.
+// exponentials and the F32 sums over n keys add (2·r_bf16 + 4·r_exp + 2(n + 64)·2^-24)·Σ_j p_j |v_jc|. The fold of a
+// lone token's S segments (kernels/attention.h) adds, per segment, two exponentials and three F32 roundings of the
+// output and the sum: (2·r_exp + 6·2^-24)·S more of the same mass (given to every row: under 2^-13 at S = 32, against
+// the BF16 operands' 2^-7).
 std::vector<double> attention_bound(const SeqInputs& in, const AttentionShape& s) {
   const int64_t T = batch_tokens(in.batch), d = s.d, nq = s.nq, nkv = s.nkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -185,7 +191,9 @@ std::vector<double> attention_bound(const SeqInputs& in, const AttentionShape& s
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < n; ++j)
           for (int64_t c = 0; c < d; ++c) o[c] += score[j] / total * key(j, g, 1)[c];
-        const double rel = 2 * kBf16Operand + 4 * kTranscendental + 2.0 * static_cast<double>(n + 64) * kF32Unit;
+        const auto segments = static_cast<double>(cuda::attention_segments((n - 1) / kKvPageSize + 1));
+        const double rel = 2 * kBf16Operand + 4 * kTranscendental + 2.0 * static_cast<double>(n + 64) * kF32Unit +
+                           (2 * kTranscendental + 6 * kF32Unit) * segments;
         for (int64_t c = 0; c < d; ++c) {
           double shift = 0, mass = 0;
           for (int64_t j = 0; j < n; ++j) {
@@ -221,11 +229,13 @@ void check_caches(Verdict& v, const std::string& what, const SeqInputs& in, cons
   }
 }
 
-void attention_run(Context& c, const AttentionShape& s, const BatchRows& batch) {
-  const SeqInputs in = attention_inputs(c.rng, s, batch);
-  const std::string what = attention_label(s, batch);
+void attention_judge(Context& c, const AttentionShape& s, const SeqInputs& in, const std::string& what) {
   const SequenceOutputs got = judge_sequences(c, what, in, run_attention, attention_bound(in, s), {});
   check_caches(c.verdict, what, in, got);
+}
+
+void attention_run(Context& c, const AttentionShape& s, const BatchRows& batch) {
+  attention_judge(c, s, attention_inputs(c.rng, s, batch), attention_label(s, batch));
 }
 
 // A 192-token prompt prefilled as 64 + 128 tokens (the cache carried between the calls) must equal one 192-token
@@ -251,6 +261,39 @@ void attention_large_case(Context& c) {
   }
 }
 
+// Long contexts. Tokens alone in their 64-position window of the call (split tiles: decode rows, and a chunk's first
+// and last token when the cuts leave them alone) fold up to kAttentionMaxSegments segments computed by several CTAs:
+// a decode row over 9000 positions (32 segments over 141 blocks, which do not divide evenly), a call of 66 tokens
+// from position 2047 (a lone token at each end, a whole window between them), whole tiles, a mixed batch and eight
+// decode rows, against the reference (and each sequence alone against the batch); then cuts at window boundaries and
+// around lone tokens must give one call's bits.
+void attention_segments_case(Context& c) {
+  for (const AttentionShape s : {AttentionShape{8, 2, 128}, AttentionShape{16, 2, 256}}) {
+    attention_run(c, s, {{0, 1, 9000}});
+    // Random keys spread a row's attention thin, so its last segment (its newest keys) weighs as little as any other:
+    // here each KV head's new key is 4x the first query of its group, which then attends mostly to its own token, in
+    // the last segment.
+    SeqInputs self = attention_inputs(c.rng, s, {{0, 1, 9000}});
+    for (int64_t g = 0; g < s.nkv; ++g)
+      for (int64_t i = 0; i < s.d; ++i)
+        self.rows[1].f32()[g * s.d + i] = 4.0f * self.rows[0].f32()[g * (s.nq / s.nkv) * s.d + i];
+    attention_judge(c, s, self, attention_label(s, self.batch) + ", a query attending to its own key");
+    attention_run(c, s, {{0, 66, 2047}});
+    attention_run(c, s, {{0, 40, 2030}});
+    attention_run(c, s, {{0, 1, 3000}, {1, 200, 1000}, {201, 3, 700}});
+    // Eight decode rows: in the batch each lone token gets an eighth of the CTAs it gets alone.
+    attention_run(
+        c, s,
+        {{0, 1, 9000}, {1, 1, 5000}, {2, 1, 3000}, {3, 1, 700}, {4, 1, 100}, {5, 1, 8200}, {6, 1, 4100}, {7, 1, 1300}});
+    const std::string states = " (states: k, v cache)";
+    for (const auto& [whole, cuts] : std::vector<std::pair<SequenceRows, std::vector<int64_t>>>{
+             {{0, 2100, 0}, {1536, 64, 500}}, {{0, 66, 2047}, {1, 64, 1}}, {{0, 130, 8255}, {1, 128, 1}}}) {
+      const SeqInputs in = attention_inputs(c.rng, s, {whole});
+      judge_chunks(c, attention_label(s, in.batch) + states, in, run_attention, cuts);
+    }
+  }
+}
+
 // Sized for a race to show: long prefill, long pasts, many heads.
 void attention_race_case(Context& c) {
   const AttentionShape s{16, 2, 256};
@@ -260,12 +303,14 @@ void attention_race_case(Context& c) {
 const CaseRegistrar reg_rotary("rotary_embedding", rotary_case);
 const CaseRegistrar reg_attn_small("attention_small", attention_small_case);
 const CaseRegistrar reg_attn_large("attention_large", attention_large_case);
+const CaseRegistrar reg_attn_segments("attention_segments", attention_segments_case);
 const CaseRegistrar reg_attn_race("attention_race", attention_race_case);
 
 const ControlRegistrar ctl_rotary(cuda::KernelFault::kRotaryWrongPairing, "rotary_embedding");
 const ControlRegistrar ctl_causal(cuda::KernelFault::kAttentionCausalOffByOne, "attention_small");
 const ControlRegistrar ctl_barrier(cuda::KernelFault::kAttentionMissingBarrier, "attention_race", 4);
 const ControlRegistrar ctl_pages(cuda::KernelFault::kAttentionPageTableIgnored, "attention_small");
+const ControlRegistrar ctl_segments(cuda::KernelFault::kAttentionSegmentsDropLast, "attention_segments");
 const ControlRegistrar ctl_write_pages(cuda::KernelFault::kKvWriteIgnoresPageTable, "attention_small");
 
 }  // namespace

@@ -21,11 +21,13 @@ namespace {
 
 using Hashes = std::vector<std::pair<std::string, uint64_t>>;
 
-// Sequences of prompt lengths 5, 12, 19, ... (two of them past a 64-token page), prefilled eagerly.
+// Sequences of prompt lengths 5, 12, 19, ... (two of them past a 64-token page), and 400 + i for every sixth from the
+// fourth on, whose decode rows fold two attention segments computed by two CTAs (kernels/attention.h on the GPU; the
+// short rows beside them leave their second item empty), prefilled eagerly.
 std::vector<SequenceState> prefilled(const Qwen3NextModel& model, int64_t count) {
   std::vector<SequenceState> out;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t length = 5 + 7 * i;
+    const int64_t length = i % 6 == 3 ? 400 + i : 5 + 7 * i;
     std::vector<int32_t> prompt;
     for (int64_t t = 0; t < length; ++t)
       prompt.push_back(static_cast<int32_t>((31 * i + 17 * t + 3) % model.config().vocab_size));

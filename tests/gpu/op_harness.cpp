@@ -281,23 +281,38 @@ SequenceOutputs judge_sequences(Context& c, const std::string& what, const SeqIn
   return got;
 }
 
-void judge_split(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op) {
-  const SequenceOutputs one = op(c.gpu, whole);
-  SeqInputs first = whole, second = whole;
-  first.batch = {{0, 64, 0}};
-  second.batch = {{0, 128, 64}};
-  for (size_t r = 0; r < whole.rows.size(); ++r) {
-    first.rows[r] = whole.rows[r].rows(0, 64);
-    second.rows[r] = whole.rows[r].rows(64, 192);
+void judge_chunks(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op,
+                  const std::vector<int64_t>& counts) {
+  const SequenceRows seq = whole.batch.at(0);
+  std::string label = what + " ";
+  int64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    label += (i ? " + " : "") + std::to_string(counts[i]);
+    total += counts[i];
   }
-  const SequenceOutputs a = op(c.gpu, first);
-  second.states = a.states;
-  const SequenceOutputs b = op(c.gpu, second);
-  const std::string label = what + " 64 + 128 vs 192";
-  c.verdict.same_bits(label + " rows [0, 64)", a.rows, clone(one.rows.rows(0, 64)));
-  c.verdict.same_bits(label + " rows [64, 192)", b.rows, clone(one.rows.rows(64, 192)));
+  PLUMB_CHECK(total == seq.count, "judge_chunks: the cuts cover {} of the sequence's {} tokens", total, seq.count);
+  label += " vs " + std::to_string(seq.count);
+  const SequenceOutputs one = op(c.gpu, whole);
+  std::vector<Tensor> states = whole.states;
+  int64_t begin = 0;
+  for (const int64_t count : counts) {
+    const int64_t end = begin + count;
+    SeqInputs part = whole;
+    part.batch = {{0, count, seq.past + begin}};
+    for (size_t r = 0; r < whole.rows.size(); ++r) part.rows[r] = whole.rows[r].rows(begin, end);
+    part.states = states;
+    const SequenceOutputs got = op(c.gpu, part);
+    states = got.states;
+    c.verdict.same_bits(label + " rows [" + std::to_string(begin) + ", " + std::to_string(end) + ")", got.rows,
+                        clone(one.rows.rows(begin, end)));
+    begin = end;
+  }
   for (size_t i = 0; i < one.states.size(); ++i)
-    c.verdict.same_bits(label + " state " + std::to_string(i), b.states[i], one.states[i]);
+    c.verdict.same_bits(label + " state " + std::to_string(i), states[i], one.states[i]);
+}
+
+void judge_split(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op) {
+  judge_chunks(c, what, whole, op, {64, 128});
 }
 
 std::vector<BatchRows> standard_batches(std::mt19937_64& rng) {

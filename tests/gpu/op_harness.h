@@ -176,8 +176,11 @@ using SeqOp = std::function<SequenceOutputs(Backend&, const SeqInputs&)>;
 SequenceOutputs judge_sequences(Context& c, const std::string& what, const SeqInputs& in, const SeqOp& op,
                                 const std::vector<double>& rows_bound,
                                 const std::vector<std::vector<double>>& state_bounds);
-// Splitting a single 192-token sequence (`whole`, batch {{0, 192, 0}}) into calls of 64 + 128 tokens, the states
-// carried between them, must give the one call's rows and final states bit for bit.
+// Cutting `whole`'s one sequence (batch {{0, n, past}}) into calls of counts[0], counts[1], ... tokens (summing to
+// n), each call's states those the call before left, must reproduce one call bit for bit: every row and the final
+// states. judge_split is the cut 64 + 128 of a 192-token sequence.
+void judge_chunks(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op,
+                  const std::vector<int64_t>& counts);
 void judge_split(Context& c, const std::string& what, const SeqInputs& whole, const SeqOp& op);
 // The batches every per-sequence case runs: single sequences of 1, 63, 64, 65 and 1000 tokens (odd ones with a
 // past of 37), a ragged batch of 3 with pasts, and a ragged batch of 64 (a third of them decoding one token).

@@ -140,8 +140,9 @@ class CudaBackend final : public Backend {
   cuda::MoeIdReport* moe_id_report() const { return moe_id_report_; }
 
  private:
-  // Arrival counters of split products (kernels/linear.h), 4 MiB per stream: production splits only products of few
-  // tiles; the harness forces splits on up to 4096 rows of 8192 features (262144 tiles of one-warp blocks).
+  // Arrival counters of split products (kernels/linear.h) and split attention tiles (kernels/attention.h), 4 MiB per
+  // stream: production splits only products of few tiles; the harness forces splits on up to 4096 rows of 8192
+  // features (262144 tiles of one-warp blocks).
   static constexpr int64_t kLinearArrivals = int64_t{1} << 20;
   // Pins `params` to the harness's variant when one is set, chooses how K is spread, and returns the partial sums'
   // scratch (alive until the launch is queued) with params pointing at it and at the arrival counters.

@@ -99,12 +99,17 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   const int64_t page_stride = step_kv_pages();
 
   // Per sequence: its pools, rows and page table (the pages its positions need, appended to page_tables); per row:
-  // its owner; per CTA: a tile of kAttentionTileRows (token, head) rows.
+  // its owner; its rows in work items by the chunk rule (gdn_pieces): the tokens of windows the call carries two or
+  // more of in whole tiles of kAttentionTileRows rows, one CTA each; a token alone in its window (a decode step) in a
+  // split tile of its own, whose segments spread over several CTAs (kernels/attention.h).
   std::vector<cuda::AttentionSequence> sequences(batch.size());
   std::vector<int32_t> page_tables;
   std::vector<int32_t> row_sequence(T, -1);
-  std::vector<cuda::AttentionTile> tiles;
+  std::vector<cuda::AttentionTile> tiles;   // whole tiles
   std::vector<int64_t> tile_last_position;  // the ordering key: heaviest tiles first shortens the tail
+  std::vector<cuda::AttentionTile> split_tiles;
+  int64_t split_blocks = 1;  // the most key blocks a split tile's token may see
+  int64_t partial_rows = 0;  // rows of the split tiles' partials
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceRows& rows = batch[i];
     PLUMB_CHECK(caches[i] != nullptr, "attention: sequence {} has no cache", i);
@@ -126,35 +131,80 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     sequences[i] = {
         cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), first_page, rows.begin, rows.count, rows.past};
     for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) row_sequence[r] = static_cast<int32_t>(i);
-    for (int64_t first = 0; first < rows.count * group; first += cuda::kAttentionTileRows) {
-      tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(first)});
-      const int64_t last_row = std::min(first + cuda::kAttentionTileRows, rows.count * group) - 1;
-      tile_last_position.push_back(rows.past + last_row / group);
+    const auto sequence = static_cast<int32_t>(i);
+    const GdnPieces pieces = gdn_pieces(rows.past, rows.count, GdnAlgorithm::kChunked);
+    for (int k = 0; k < pieces.size; ++k) {
+      const GdnPiece& piece = pieces.piece[k];
+      const int64_t end_row = (piece.offset + piece.count) * group;
+      if (piece.chunked) {
+        for (int64_t first = piece.offset * group; first < end_row; first += cuda::kAttentionTileRows) {
+          const int64_t count = std::min<int64_t>(cuda::kAttentionTileRows, end_row - first);
+          tiles.push_back({sequence, static_cast<int32_t>(first), static_cast<int32_t>(count), -1, 0, 0, 0});
+          tile_last_position.push_back(rows.past + (first + count - 1) / group);
+        }
+        continue;
+      }
+      for (int64_t t = piece.offset; t < piece.offset + piece.count; ++t) {
+        // A recorded step's items may not depend on the lengths: its stride bounds every token's blocks.
+        split_blocks = std::max(split_blocks, page_stride > 0 ? page_stride : (rows.past + t) / kKvPageSize + 1);
+        for (int64_t first = t * group; first < (t + 1) * group; first += cuda::kAttentionTileRows) {
+          const int64_t count = std::min<int64_t>(cuda::kAttentionTileRows, (t + 1) * group - first);
+          split_tiles.push_back({sequence, static_cast<int32_t>(first), static_cast<int32_t>(count), 0,
+                                 static_cast<int32_t>(split_tiles.size()), 0, partial_rows});
+          partial_rows += count * nkv * cuda::kAttentionMaxSegments;
+        }
+      }
     }
   }
   expect_unshared_written_pages(caches, batch, "attention");
-  if (tiles.empty()) return;
-  PLUMB_CHECK(static_cast<int64_t>(tiles.size()) <= kInt32Max, "attention: {} tiles", tiles.size());
-  // Scheduling order only: a tile's results do not depend on when it runs.
+  if (cuda::attention_segments(split_blocks) == 1) {
+    // Every lone token has one segment, the arithmetic of a whole tile: they run as whole tiles, one CTA each.
+    for (cuda::AttentionTile tile : split_tiles) {
+      tile.chunk = -1;
+      tiles.push_back(tile);
+      tile_last_position.push_back(batch[static_cast<size_t>(tile.sequence)].past + tile.first_row / group);
+    }
+    split_tiles.clear();
+  }
+  if (tiles.empty() && split_tiles.empty()) return;
+  // Items a split tile: as many as fill the GPU once with every split tile's (at least one, at most the segments a
+  // token may have). A function of the tile count and the blocks bound alone, so a recorded step's never changes.
+  const int64_t resident = static_cast<int64_t>(properties_.multiProcessorCount) *
+                           cuda::attention_ctas_per_multiprocessor(static_cast<int>(d));
+  const int64_t split_count = std::max<int64_t>(1, static_cast<int64_t>(split_tiles.size()));
+  const int split_chunks =
+      static_cast<int>(std::clamp<int64_t>(resident / (split_count * nkv), 1, cuda::attention_segments(split_blocks)));
+  // Scheduling order only: a tile's results do not depend on when it runs. Whole tiles heaviest first; split items
+  // run by run, so each CTA column's share of empty items (tokens of fewer segments) is small.
   std::vector<size_t> order(tiles.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return tile_last_position[a] > tile_last_position[b]; });
-  std::vector<cuda::AttentionTile> ordered_tiles(tiles.size());
-  for (size_t i = 0; i < order.size(); ++i) ordered_tiles[i] = tiles[order[i]];
+  std::vector<cuda::AttentionTile> items;  // whole tiles, then split items
+  for (size_t i : order) items.push_back(tiles[i]);
+  for (int chunk = 0; chunk < split_chunks; ++chunk)
+    for (cuda::AttentionTile tile : split_tiles) {
+      tile.chunk = chunk;
+      items.push_back(tile);
+    }
+  PLUMB_CHECK(static_cast<int64_t>(items.size()) <= kInt32Max, "attention: {} work items", items.size());
+  PLUMB_CHECK(static_cast<int64_t>(split_tiles.size()) * nkv <= kLinearArrivals,
+              "attention: {} split tiles of {} KV heads exceed the {} arrival counters", split_tiles.size(), nkv,
+              kLinearArrivals);
 
-  // Two uploads: sequences, tiles and row owners (each section 16-byte aligned), which hold the layer's pools; and
+  // Two uploads: sequences, items and row owners (each section 16-byte aligned), which hold the layer's pools; and
   // the page tables, the same in every attention layer of a forward pass, which go once.
   const size_t sequences_bytes = round_up_16(sequences.size() * sizeof(cuda::AttentionSequence));
-  const size_t tiles_bytes = round_up_16(ordered_tiles.size() * sizeof(cuda::AttentionTile));
-  const size_t rows_offset = sequences_bytes + tiles_bytes;
+  const size_t items_bytes = round_up_16(items.size() * sizeof(cuda::AttentionTile));
+  const size_t rows_offset = sequences_bytes + items_bytes;
   std::vector<std::byte> table(rows_offset + row_sequence.size() * sizeof(int32_t));
   std::memcpy(table.data(), sequences.data(), sequences.size() * sizeof(cuda::AttentionSequence));
-  std::memcpy(table.data() + sequences_bytes, ordered_tiles.data(), ordered_tiles.size() * sizeof(cuda::AttentionTile));
+  std::memcpy(table.data() + sequences_bytes, items.data(), items.size() * sizeof(cuda::AttentionTile));
   std::memcpy(table.data() + rows_offset, row_sequence.data(), row_sequence.size() * sizeof(int32_t));
   const std::shared_ptr<void> device_table = upload_vector(table);
   const auto* base = static_cast<const std::byte*>(device_table.get());
   const auto* device_sequences = reinterpret_cast<const cuda::AttentionSequence*>(base);
+  const auto* device_items = reinterpret_cast<const cuda::AttentionTile*>(base + sequences_bytes);
   const auto* device_pages = upload_page_tables(page_tables);
 
   // The new keys and values go into their pages first; attention then reads every key through the page tables.
@@ -174,13 +224,27 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   params.o = o.f32();
   params.sequences = device_sequences;
   params.pages = device_pages;
-  params.tiles = reinterpret_cast<const cuda::AttentionTile*>(base + sequences_bytes);
-  params.tile_count = static_cast<int64_t>(ordered_tiles.size());
   params.query_heads = static_cast<int>(nq);
   params.kv_heads = static_cast<int>(nkv);
   params.head_dim = static_cast<int>(d);
   params.scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
-  enqueue("attention_kernel", [&] { cuda::launch_attention(params, fault(), stream()); });
+  if (!tiles.empty()) {
+    params.tiles = device_items;
+    params.tile_count = static_cast<int64_t>(tiles.size());
+    enqueue("attention_kernel", [&] { cuda::launch_attention(params, 0, fault(), stream()); });
+  }
+  if (split_tiles.empty()) return;
+  const std::shared_ptr<void> partials =  // [partial rows, d] outputs, then [partial rows, 2] maxes and sums
+      scratch(static_cast<size_t>(partial_rows * (d + 2)) * sizeof(float));
+  params.partial_o = static_cast<float*>(partials.get());
+  params.partial_stats = params.partial_o + partial_rows * d;
+  params.arrivals = linear_arrivals_;
+  params.split_chunks = split_chunks;
+  params.tiles = device_items + tiles.size();
+  params.tile_count = static_cast<int64_t>(split_tiles.size()) * split_chunks;
+  // As many CTA columns as fill the GPU once, each taking every so-many-th item.
+  const int64_t columns = std::max<int64_t>(1, resident / nkv);
+  enqueue("attention_kernel", [&] { cuda::launch_attention(params, columns, fault(), stream()); });
 }
 
 }  // namespace plumb

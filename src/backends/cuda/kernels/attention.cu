@@ -3,9 +3,12 @@
 // Attention is exact by construction: every query row walks its keys in blocks of kAttentionKeyBlock from position 0
 // upwards with an online softmax, and each of its sums runs in an order fixed by d and the block size alone. A row's
 // bits therefore depend only on its position and its sequence's cache, never on the other rows of its tile, how a
-// prefill was chunked, or what else shares the batch: the tensor cores compute each output row from its own row of
-// the A operand, and blocks that are wholly in a row's future leave its state bit-unchanged. A cache page holds one
-// key block, so paging only changes where a block is loaded from, never what the arithmetic sees.
+// prefill was cut at window boundaries, or what else shares the batch: the tensor cores compute each output row from
+// its own row of the A operand, and blocks that are wholly in a row's future leave its state bit-unchanged. A token
+// alone in its 64-position window of a call (a decode step) runs as a split tile instead: its keys in the segments
+// attention.h fixes by its position, an online softmax each, folded in order, so its bits depend on its position
+// alone too, however many CTAs share its segments. A cache page holds one key block, so paging only changes where a
+// block is loaded from, never what the arithmetic sees.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -141,13 +144,75 @@ struct SoftmaxRow {
   }
 };
 
-// One CTA: kAttentionTileRows query rows of one sequence and one KV head (grid.x: tile, grid.y: KV head), 8 warps
-// of 16 rows. Per key block: S = Q·Kᵀ on the tensor cores (Q and K BF16, F32 accumulate over d in k steps of 16),
-// scale and causal mask, online softmax per row, P rounded to BF16, O += P·V over the block's keys in 4 k steps.
-// Row sums run per 8-key column tile (2 lanes' pairs, then the quad butterfly) and then across the 8 tiles in order.
-template <int kDimPad, KernelFault kFault>
-__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p) {
-  wait_for_prior_grid();
+// Takes a segment of running max seg_max and sum seg_sum into a row's fold of the segments before it (max, sum), and
+// sets a and b, the factors of the output folded so far and of the segment's. The first segment is taken as it is
+// (a and b unused: the caller copies its output).
+__device__ __forceinline__ void fold_segment(bool first, float seg_max, float seg_sum, float& max, float& sum, float& a,
+                                             float& b) {
+  if (first) {
+    max = seg_max, sum = seg_sum;
+    a = 0.0f, b = 1.0f;
+    return;
+  }
+  const float m = fmaxf(max, seg_max);
+  a = exp2f(__fsub_rn(max, m));
+  b = exp2f(__fsub_rn(seg_max, m));
+  sum = __fadd_rn(__fmul_rn(sum, a), __fmul_rn(seg_sum, b));
+  max = m;
+}
+
+__device__ __forceinline__ float fold_output(float folded, float segment, float a, float b) {
+  return __fadd_rn(__fmul_rn(folded, a), __fmul_rn(segment, b));
+}
+
+// The partial row of row r of a split tile's segment `segment` for KV head `kv_head`.
+__device__ __forceinline__ int64_t partial_row(const AttentionTile& tile, int kv_head, int segment, int r) {
+  return tile.partial_first + (static_cast<int64_t>(kv_head) * kAttentionMaxSegments + segment) * tile.rows + r;
+}
+
+// A split tile's last item to arrive: folds its rows' `segments` segments in order from the partials and writes the
+// output. The planted kAttentionSegmentsDropLast leaves the last segment out.
+template <KernelFault kFault>
+__device__ void fold_split_tile(const AttentionParams& p, const AttentionTile& tile, const AttentionSequence& seq,
+                                int kv_head, int segments, int group) {
+  const int folded = kFault == KernelFault::kAttentionSegmentsDropLast ? segments - 1 : segments;
+  const int quads = p.head_dim / 4;  // 4-float columns of a row
+  for (int i = static_cast<int>(threadIdx.x); i < tile.rows * quads; i += static_cast<int>(blockDim.x)) {
+    const int r = i / quads, col = (i % quads) * 4;
+    float fold_max = 0.0f, fold_sum = 0.0f;
+    float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // Unrolled so that the loads of later segments, which do not wait on the fold, are in flight together.
+#pragma unroll 4
+    for (int j = 0; j < folded; ++j) {
+      const int64_t at = partial_row(tile, kv_head, j, r);
+      // Written by other CTAs: read from L2, past this multiprocessor's L1.
+      const float2 stats = __ldcg(reinterpret_cast<const float2*>(p.partial_stats + 2 * at));  // max, sum
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partial_o + at * p.head_dim + col));
+      float a, b;
+      fold_segment(j == 0, stats.x, stats.y, fold_max, fold_sum, a, b);
+      total = j == 0 ? v
+                     : make_float4(fold_output(total.x, v.x, a, b), fold_output(total.y, v.y, a, b),
+                                   fold_output(total.z, v.z, a, b), fold_output(total.w, v.w, a, b));
+    }
+    const int64_t row = tile.first_row + r;
+    const int64_t token = seq.begin + row / group;
+    const int64_t head = static_cast<int64_t>(kv_head) * group + row % group;
+    float* const out = p.o + (token * p.query_heads + head) * p.head_dim + col;
+    *reinterpret_cast<float4*>(out) =
+        make_float4(total.x / fold_sum, total.y / fold_sum, total.z / fold_sum, total.w / fold_sum);
+  }
+}
+
+// One work item (grid.y: the KV head): up to kAttentionTileRows query rows of one sequence, 8 warps of 16 rows. Per
+// key block: S = Q·Kᵀ on the tensor cores (Q and K BF16, F32 accumulate over d in k steps of 16), scale and causal
+// mask, online softmax per row, P rounded to BF16, O += P·V over the block's keys in 4 k steps. Row sums run per
+// 8-key column tile (2 lanes' pairs, then the quad butterfly) and then across the 8 tiles in order.
+// A whole tile (kSplit false) walks every key of its rows in one online softmax. A split item (one token's rows) walks
+// a run of its token's segments, restarting the softmax at each segment and writing each one's output, max and sum to
+// the partials; the tile's last item to arrive folds them (fold_split_tile). A token of one segment (at most
+// kAttentionSegmentMinBlocks blocks) has a single item, which writes its output as a whole tile would.
+template <int kDimPad, KernelFault kFault, bool kSplit>
+__device__ __forceinline__ void attention_item(const AttentionParams& p, const AttentionTile tile) {
   using Layout = TileLayout<kDimPad>;
   constexpr int kStride = Layout::kStride;
   constexpr int kChunksPerRow = Layout::kChunksPerRow;
@@ -156,18 +221,27 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   uint16_t* const sk = sq + Layout::kQElements;                    // [kStages][key block][kStride] BF16
   uint16_t* const sv = sk + kStages * Layout::kBlockElements;      // [kStages][key block][kStride] BF16
 
-  const AttentionTile tile = p.tiles[blockIdx.x];
   const AttentionSequence seq = p.sequences[tile.sequence];
   const int kv_head = blockIdx.y;
   const int group = p.query_heads / p.kv_heads;
   const int64_t kv_len = seq.past + seq.count;  // positions holding keys after the scatter
-  const int valid_rows =
-      static_cast<int>(min(static_cast<int64_t>(kAttentionTileRows), seq.count * group - tile.first_row));
-  // The position of tile row r (token (first_row + r) / group of the sequence), or -1 past the sequence's rows.
+  const int valid_rows = tile.rows;
+  // The position of tile row r (token (first_row + r) / group of the sequence), or -1 past the tile's rows.
   auto position_of = [&](int r) -> int64_t { return r < valid_rows ? seq.past + (tile.first_row + r) / group : -1; };
   const int num_blocks = static_cast<int>(position_of(valid_rows - 1) / kAttentionKeyBlock) + 1;
+  // The blocks this item walks: all of them for a whole tile; for a split item, those of its run of segments.
+  const int segments = attention_segments(num_blocks);  // a split tile's (its rows share one position)
+  int begin_block = 0, end_block = num_blocks, segment = 0;
+  if constexpr (kSplit) {
+    const int items = min(p.split_chunks, segments);
+    if (tile.chunk >= items) return;  // the token has fewer segments than the launch has items a tile
+    segment = tile.chunk * segments / items;
+    begin_block = static_cast<int>(attention_segment_begin(segment, num_blocks, segments));
+    end_block = static_cast<int>(attention_segment_begin((tile.chunk + 1) * segments / items, num_blocks, segments));
+  }
+  int next_segment_block = static_cast<int>(attention_segment_begin(segment + 1, num_blocks, segments));
 
-  // Q tile: F32 rounded to BF16, zeros in padding columns and past the sequence's rows.
+  // Q tile: F32 rounded to BF16, zeros in padding columns and past the tile's rows.
   for (int c = threadIdx.x; c < kAttentionTileRows * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     uint4 packed = make_uint4(0, 0, 0, 0);
@@ -211,20 +285,26 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
   const int64_t limit_lo = position_of(row_lo) + kPeek, limit_hi = position_of(row_hi) + kPeek;
   // The warp's last position (-1 when it holds no rows): blocks beyond it are skipped by the whole warp.
   const int64_t warp_last = warp * 16 < valid_rows ? position_of(min(warp * 16 + 15, valid_rows - 1)) : -1;
+  auto output_row = [&](int r) {  // [d]
+    const int64_t row = tile.first_row + r;
+    const int64_t token = seq.begin + row / group;
+    const int64_t head = static_cast<int64_t>(kv_head) * group + row % group;
+    return p.o + (token * p.query_heads + head) * p.head_dim;
+  };
 
   float o[kDimPad / 8][4];  // [dim tile][C fragment]: rows row_lo (0, 1) and row_hi (2, 3)
 #pragma unroll
   for (int dt = 0; dt < kDimPad / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   SoftmaxRow state_lo, state_hi;
 
-  load_block(0, 0);
+  load_block(begin_block, begin_block % kStages);
   cp_async_commit();
-  for (int block = 0; block < num_blocks; ++block) {
+  for (int block = begin_block; block < end_block; ++block) {
     cp_async_wait<0>();
     // Makes every thread's part of this block (and, the first time, of Q) visible, and guarantees every warp is done
     // with the previous block before its stage is refilled below.
     if constexpr (kFault != KernelFault::kAttentionMissingBarrier) __syncthreads();
-    if (block + 1 < num_blocks) {
+    if (block + 1 < end_block) {
       load_block(block + 1, (block + 1) % kStages);
       cp_async_commit();
     }
@@ -301,37 +381,100 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionP
         mma_bf16_16816(o[2 * dp + 1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[2], b[3]);
       }
     }
+
+    // A split item's segment ends here: its rows' output, max and sum go to the partials, and the next segment
+    // starts from an empty state.
+    if constexpr (kSplit) {
+      if (segments > 1 && block + 1 == next_segment_block) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = half == 0 ? row_lo : row_hi;
+          if (r >= valid_rows) continue;
+          const int64_t at = partial_row(tile, kv_head, segment, r);
+          float* const partial = p.partial_o + at * p.head_dim;  // [d]
+#pragma unroll
+          for (int dt = 0; dt < kDimPad / 8; ++dt) {
+            const int col = dt * 8 + quad_col;
+            if (col < p.head_dim)
+              *reinterpret_cast<float2*>(partial + col) = make_float2(o[dt][2 * half], o[dt][2 * half + 1]);
+            o[dt][2 * half] = o[dt][2 * half + 1] = 0.0f;
+          }
+          SoftmaxRow& state = half == 0 ? state_lo : state_hi;
+          if (quad_col == 0) {
+            p.partial_stats[2 * at] = state.max;
+            p.partial_stats[2 * at + 1] = state.sum;
+          }
+          state = SoftmaxRow{};
+        }
+        ++segment;
+        next_segment_block = static_cast<int>(attention_segment_begin(segment + 1, num_blocks, segments));
+      }
+    }
   }
 
-  // O / sum for the rows this tile owns (their sum is >= 1: the max key's probability is exactly 1).
+  if (!kSplit || segments == 1) {
+    // O / sum for the rows this tile owns (their sum is >= 1: the max key's probability is exactly 1).
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = half == 0 ? row_lo : row_hi;
-    if (r >= valid_rows) continue;
-    const float sum = half == 0 ? state_lo.sum : state_hi.sum;
-    const int64_t row = tile.first_row + r;
-    const int64_t token = seq.begin + row / group;
-    const int64_t head = static_cast<int64_t>(kv_head) * group + row % group;
-    float* const out = p.o + (token * p.query_heads + head) * p.head_dim;  // [d]
+    for (int half = 0; half < 2; ++half) {
+      const int r = half == 0 ? row_lo : row_hi;
+      if (r >= valid_rows) continue;
+      const float sum = half == 0 ? state_lo.sum : state_hi.sum;
+      float* const out = output_row(r);
 #pragma unroll
-    for (int dt = 0; dt < kDimPad / 8; ++dt) {
-      const int col = dt * 8 + quad_col;
-      if (col < p.head_dim)
-        *reinterpret_cast<float2*>(out + col) = make_float2(o[dt][2 * half] / sum, o[dt][2 * half + 1] / sum);
+      for (int dt = 0; dt < kDimPad / 8; ++dt) {
+        const int col = dt * 8 + quad_col;
+        if (col < p.head_dim)
+          *reinterpret_cast<float2*>(out + col) = make_float2(o[dt][2 * half] / sum, o[dt][2 * half + 1] / sum);
+      }
+    }
+    return;
+  }
+
+  // The tile's last item to arrive folds every segment (no item waits for another; which comes last changes no bit).
+  __shared__ int is_last;
+  int32_t* const arrival = p.arrivals + static_cast<int64_t>(tile.split) * p.kv_heads + kv_head;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(arrival, 1) == min(p.split_chunks, segments) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  fold_split_tile<kFault>(p, tile, seq, kv_head, segments, group);
+  if (threadIdx.x == 0) *arrival = 0;
+}
+
+// The attention CTA for KV head blockIdx.y: whole tile blockIdx.x, or split items blockIdx.x, blockIdx.x + gridDim.x,
+// ... (each its own variant, so a whole tile carries no split item's state).
+template <int kDimPad, KernelFault kFault, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const AttentionParams p) {
+  wait_for_prior_grid();
+  if constexpr (!kSplit) {
+    attention_item<kDimPad, kFault, false>(p, p.tiles[blockIdx.x]);
+  } else {
+    for (int64_t item = blockIdx.x; item < p.tile_count; item += gridDim.x) {
+      // Every warp is done with the item before's shared memory before this one refills it.
+      __syncthreads();
+      attention_item<kDimPad, kFault, true>(p, p.tiles[item]);
     }
   }
 }
 
-template <int kDimPad, KernelFault kFault>
-void launch_attention_padded(const AttentionParams& params, cudaStream_t stream) {
-  constexpr size_t kBytes = TileLayout<kDimPad>::kBytes;
-  // Above 48 KB a kernel must opt in to its dynamic shared memory; once per instantiation. A failure here surfaces
-  // as the launch's error.
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      attention_kernel<kDimPad, kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
+// Above 48 KB a kernel must opt in to its dynamic shared memory; once per instantiation. A failure here surfaces as
+// the launch's error.
+template <int kDimPad, KernelFault kFault, bool kSplit>
+void opt_in_shared_memory() {
+  static const cudaError_t opted_in =
+      cudaFuncSetAttribute(attention_kernel<kDimPad, kFault, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(TileLayout<kDimPad>::kBytes));
   (void)opted_in;
-  const dim3 grid(static_cast<unsigned>(params.tile_count), static_cast<unsigned>(params.kv_heads));
-  launch_kernel(attention_kernel<kDimPad, kFault>, grid, kThreads, kBytes, stream, params);
+}
+
+template <int kDimPad, KernelFault kFault, bool kSplit>
+void launch_attention_padded(const AttentionParams& params, int64_t ctas, cudaStream_t stream) {
+  opt_in_shared_memory<kDimPad, kFault, kSplit>();
+  const int64_t columns = kSplit ? std::min(ctas, params.tile_count) : params.tile_count;
+  const dim3 grid(static_cast<unsigned>(columns), static_cast<unsigned>(params.kv_heads));
+  launch_kernel(attention_kernel<kDimPad, kFault, kSplit>, grid, kThreads, TileLayout<kDimPad>::kBytes, stream, params);
 }
 
 // Calls fn with the head dim padded to the next supported multiple of 16 (zeros in the padding add nothing to Q·Kᵀ),
@@ -346,9 +489,14 @@ decltype(auto) visit_dim_pad(int head_dim, Fn&& fn) {
 }
 
 template <KernelFault kFault>
-void launch_attention_fault(const AttentionParams& params, cudaStream_t stream) {
-  visit_dim_pad(params.head_dim,
-                [&](auto pad) { launch_attention_padded<decltype(pad)::value, kFault>(params, stream); });
+void launch_attention_fault(const AttentionParams& params, int64_t ctas, cudaStream_t stream) {
+  visit_dim_pad(params.head_dim, [&](auto pad) {
+    constexpr int kDimPad = decltype(pad)::value;
+    if (ctas > 0)
+      launch_attention_padded<kDimPad, kFault, true>(params, ctas, stream);
+    else
+      launch_attention_padded<kDimPad, kFault, false>(params, 0, stream);
+  });
 }
 
 }  // namespace
@@ -374,10 +522,24 @@ size_t attention_smem_bytes(int head_dim) {
   return visit_dim_pad(head_dim, [](auto pad) { return TileLayout<decltype(pad)::value>::kBytes; });
 }
 
-void launch_attention(const AttentionParams& params, KernelFault fault, cudaStream_t stream) {
+void launch_attention(const AttentionParams& params, int64_t ctas, KernelFault fault, cudaStream_t stream) {
   dispatch_fault<KernelFault::kAttentionCausalOffByOne, KernelFault::kAttentionMissingBarrier,
-                 KernelFault::kAttentionPageTableIgnored>(
-      fault, [&](auto planted) { launch_attention_fault<decltype(planted)::value>(params, stream); });
+                 KernelFault::kAttentionPageTableIgnored, KernelFault::kAttentionSegmentsDropLast>(
+      fault, [&](auto planted) { launch_attention_fault<decltype(planted)::value>(params, ctas, stream); });
+}
+
+int attention_ctas_per_multiprocessor(int head_dim) {
+  return visit_dim_pad(head_dim, [](auto pad) {
+    constexpr int kDimPad = decltype(pad)::value;
+    static const int ctas = [] {
+      opt_in_shared_memory<kDimPad, KernelFault::kNone, true>();
+      int count = 0;
+      const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &count, attention_kernel<kDimPad, KernelFault::kNone, true>, kThreads, TileLayout<kDimPad>::kBytes);
+      return status == cudaSuccess && count > 0 ? count : 1;
+    }();
+    return ctas;
+  });
 }
 
 }  // namespace plumb::cuda

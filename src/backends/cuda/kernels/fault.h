@@ -47,6 +47,7 @@
   X(kAttentionCausalOffByOne)   /* lets each query see one key past its position */                                    \
   X(kAttentionMissingBarrier)   /* drops a __syncthreads around the shared K/V tile */                                 \
   X(kAttentionPageTableIgnored) /* reads key block j from pool page j instead of the page table's page j */            \
+  X(kAttentionSegmentsDropLast) /* a split tile's fold leaves its token's last segment out */                          \
   X(kKvWriteIgnoresPageTable)   /* the cache write puts position p in pool page p / 64 instead of the table's page */  \
   /* the residual step with a gated branch */                                                                          \
   X(kAddGatedBranchUngated) /* adds the branch without its sigmoid(gate) factor */
