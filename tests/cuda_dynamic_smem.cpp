@@ -62,5 +62,7 @@ int main() {
     if (ring > 0)
       print("linear_stream.cu", "linear_stream_ring_kernel", config + ",rows=" + std::to_string(rows), ring);
   }
+  print("linear_wgmma.cu", "linear_wgmma_kernel", "shape=kWgmma128",
+        plumb::cuda::linear_smem_bytes(LinearShape::kWgmma128));
   return 0;
 }

@@ -14,6 +14,9 @@
 // --weights fp8: the same for F8_E4M3 weights (random finite codes, a random multiplier per feature and K-slice) at
 // the sizes the FP8 checkpoints quantize (no lm_head, no router); the floor counts their bytes, codes and multipliers.
 //
+// At T > 64 on a Hopper GPU both prefill kernel families run, production's first: the tiled mma.sync shape and the
+// warpgroup-MMA one (held to the same bits).
+//
 // Usage: linear_bench [--weights bf16|fp8] [out.json]
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -264,7 +267,7 @@ int main(int argc, char** argv) {
       copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
 
       LinearParams p;
-      p.shape = plumb::cuda::choose_linear_shape(w_type, t, t, n, sms);
+      p.shape = plumb::cuda::choose_linear_shape(w_type, t, t, n, sms, plumb::cuda::linear_wgmma_runs());
       p.w_type = w_type;
       p.w_scales = scales;
       p.y = y;
@@ -277,10 +280,18 @@ int main(int argc, char** argv) {
       p.partials = partials;
       p.arrivals = arrivals;
       if (static_cast<size_t>(plumb::cuda::linear_partials_count(p)) > partial_elems) p.k_split = 1;
-      if (plumb::cuda::linear_stages_bf16(p.shape)) {
-        plumb::cuda::launch_linear_to_bf16(x, x_bf16, int64_t{t} * k, plumb::cuda::KernelFault::kNone, stream);
-        p.x = x_bf16;
-      }
+      // Activations as p.shape reads them (k is a multiple of 32 here: slot order keeps rows k long).
+      auto stage_x = [&] {
+        p.x = x;
+        if (plumb::cuda::linear_stages_slot_order(p.shape)) {
+          plumb::cuda::launch_linear_to_bf16_slots(x, x_bf16, t, k, plumb::cuda::KernelFault::kNone, stream);
+          p.x = x_bf16;
+        } else if (plumb::cuda::linear_stages_bf16(p.shape)) {
+          plumb::cuda::launch_linear_to_bf16(x, x_bf16, int64_t{t} * k, plumb::cuda::KernelFault::kNone, stream);
+          p.x = x_bf16;
+        }
+      };
+      stage_x();
       auto launch = [&](int i) {
         p.w = w + (i % copies) * code_bytes;
         plumb::cuda::launch_linear(p, KernelFault::kNone, stream);
@@ -326,6 +337,26 @@ int main(int argc, char** argv) {
         into.push_back({n, k, t, plumb::cuda::linear_shape_name(p.shape), kernel, split, us, gbps, tflops, same});
       };
       report(results, identical);
+      // One launch of p as it is now: whether its probe row has the T = 1 row's bytes.
+      auto probe_matches = [&] {
+        launch(0);
+        std::vector<float> row(n);
+        check(cudaMemcpyAsync(row.data(), y + size_t(probe) * n, sizeof(float) * n, cudaMemcpyDeviceToHost, stream),
+              "download");
+        check(cudaStreamSynchronize(stream), "probe run");
+        return std::memcmp(row.data(), row1.data(), sizeof(float) * n) == 0;
+      };
+      if (t > 64 && plumb::cuda::linear_wgmma_runs()) {
+        // Beside it in the same call: the other prefill kernel family (tiled mma.sync or warpgroup MMA).
+        p.shape = p.shape == LinearShape::kWgmma128 ? plumb::cuda::choose_linear_shape(w_type, t, t, n, sms, false)
+                                                    : LinearShape::kWgmma128;
+        p.max_tiles = (t + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
+        stage_x();
+        const bool same = probe_matches();
+        all_ok = all_ok && same;
+        for (int i = 0; i < kWarmup; ++i) launch(i);
+        report(results, same);
+      }
       if (t <= 64 && n < 100000) {
         const int32_t chosen = p.k_split;
         for (const LinearStreamKernel kernel :
@@ -339,12 +370,7 @@ int main(int argc, char** argv) {
                 (t > 16 || plumb::cuda::linear_launch_refusal(p) != nullptr))
               continue;
             // Each forced split's probe row must give the chosen launch's bytes too.
-            launch(0);
-            std::vector<float> row(n);
-            check(cudaMemcpyAsync(row.data(), y + size_t(probe) * n, sizeof(float) * n, cudaMemcpyDeviceToHost, stream),
-                  "download");
-            check(cudaStreamSynchronize(stream), "forced split");
-            const bool same = std::memcmp(row.data(), row1.data(), sizeof(float) * n) == 0;
+            const bool same = probe_matches();
             all_ok = all_ok && same;
             report(sweep, same);
           }

@@ -445,6 +445,10 @@ const ControlRegistrar ctl_to_bf16(cuda::KernelFault::kLinearToBf16Truncates, "l
 // round in the fragments (stream8, stream16): the variants no longer agree.
 const ControlRegistrar ctl_variants(cuda::KernelFault::kLinearToBf16Truncates, "linear_bf16_variants");
 const ControlRegistrar ctl_experts_variants(cuda::KernelFault::kLinearToBf16Truncates, "moe_experts_bf16_variants");
+// Activations in natural order: the warpgroup-MMA variant's steps sum other sets of 16 k than the contract's, so its
+// bits differ from every other variant's (bench/linear/tensor_core_bits: 46 % of outputs).
+const ControlRegistrar ctl_slots(cuda::KernelFault::kLinearSlotsNatural, "linear_bf16_variants");
+const ControlRegistrar ctl_experts_slots(cuda::KernelFault::kLinearSlotsNatural, "moe_experts_bf16_variants");
 // Production splits K of small grouped products too (choose_linear_k_split): a fold out of slice order or missing a
 // slice makes the split launches disagree with the unsplit ones.
 const ControlRegistrar ctl_experts_reversed(cuda::KernelFault::kLinearSplitFoldsReversed, "moe_experts_bf16_variants");

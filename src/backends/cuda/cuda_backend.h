@@ -151,6 +151,9 @@ class CudaBackend final : public Backend {
   // follow it: n covers them all) into the output params already names (y or its parts): chooses the shape and
   // split, stages x as BF16 where the shape reads it so, and launches.
   void launch_product(const Tensor& x, const Tensor& w, int64_t n, cuda::LinearParams& params, const char* op);
+  // x [rows, k] F32 staged as BF16 where `shape` reads its activations so (in slot order for the wgmma shape), in
+  // scratch alive until the product is queued; nullptr where the shape reads F32.
+  std::shared_ptr<void> stage_bf16(const float* x, int64_t rows, int64_t k, cuda::LinearShape shape);
 
   enum class StepMode { kEager, kRecord, kPlan };
   class StepMemory;

@@ -147,7 +147,8 @@ void CudaBackend::launch_product(const Tensor& x, const Tensor& w, int64_t n, cu
                                  const char* op) {
   const int64_t rows = x.dim(0), k = x.dim(1);
   params.w_type = weight_type(w, op, "w");
-  params.shape = cuda::choose_linear_shape(params.w_type, rows, rows, n, properties_.multiProcessorCount);
+  params.shape = cuda::choose_linear_shape(params.w_type, rows, rows, n, properties_.multiProcessorCount,
+                                           cuda::linear_wgmma_runs());
   params.x = x.data();
   params.w = w.data();
   params.w_scales = weight_scales(w);
@@ -155,15 +156,24 @@ void CudaBackend::launch_product(const Tensor& x, const Tensor& w, int64_t n, cu
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
   const std::shared_ptr<void> partials = plan_linear(params, op);
-  std::shared_ptr<void> x_bf16;  // [rows, k] BF16, when the shape stages activations so
-  if (cuda::linear_stages_bf16(params.shape) && k > 0) {
-    x_bf16 = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
-    enqueue("linear_to_bf16", [&] {
-      cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), rows * k, fault_, stream_);
-    });
-    params.x = x_bf16.get();
-  }
+  const std::shared_ptr<void> x_bf16 = stage_bf16(x.f32(), rows, k, params.shape);
+  if (x_bf16) params.x = x_bf16.get();
   enqueue(op, [&] { cuda::launch_linear(params, fault_, stream_); });
+}
+
+std::shared_ptr<void> CudaBackend::stage_bf16(const float* x, int64_t rows, int64_t k, cuda::LinearShape shape) {
+  if (!cuda::linear_stages_bf16(shape) || rows == 0 || k == 0) return nullptr;
+  if (cuda::linear_stages_slot_order(shape)) {
+    auto staged = scratch(static_cast<size_t>(rows * cuda::linear_slot_order_k(k)) * sizeof(uint16_t));
+    enqueue("linear_to_bf16_slots", [&] {
+      cuda::launch_linear_to_bf16_slots(x, static_cast<uint16_t*>(staged.get()), rows, k, fault_, stream_);
+    });
+    return staged;
+  }
+  auto staged = scratch(static_cast<size_t>(rows * k) * sizeof(uint16_t));
+  enqueue("linear_to_bf16",
+          [&] { cuda::launch_linear_to_bf16(x, static_cast<uint16_t*>(staged.get()), rows * k, fault_, stream_); });
+  return staged;
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
@@ -209,12 +219,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   // grouping gives every expert its own tiles, so rows per expert, not per call, decide how full a tile is.
   const int64_t rows_per_expert = std::min(pairs, 2 * ((pairs + num_experts - 1) / num_experts));
   const int sms = properties_.multiProcessorCount;
+  const bool wgmma = cuda::linear_wgmma_runs();
   // A pinned variant (the op harness's hook) takes both products, which must share their row tiles.
   const cuda::LinearShape gate_up_shape =
       linear_variant_ ? linear_variant_->shape
-                      : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, 2 * inter, sms);
+                      : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, 2 * inter, sms, wgmma);
   const cuda::LinearShape down_shape =
-      linear_variant_ ? linear_variant_->shape : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, hidden, sms);
+      linear_variant_ ? linear_variant_->shape
+                      : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, hidden, sms, wgmma);
   const int tile_rows = cuda::linear_tile_rows(gate_up_shape);
   PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == tile_rows, "{}: the two products disagree on row tiles", op);
   const int64_t max_tiles = cuda::moe_max_tiles(pairs, num_experts, tile_rows);
@@ -239,14 +251,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   cuda::LinearParams gate_up;
   gate_up.shape = gate_up_shape;
   gate_up.x = x.data();
-  std::shared_ptr<void> x_bf16;  // [tokens, hidden] BF16, when the shape stages activations so
-  if (cuda::linear_stages_bf16(gate_up_shape) && hidden > 0) {
-    x_bf16 = scratch(static_cast<size_t>(tokens * hidden) * sizeof(uint16_t));
-    enqueue("linear_to_bf16", [&] {
-      cuda::launch_linear_to_bf16(x.f32(), static_cast<uint16_t*>(x_bf16.get()), tokens * hidden, fault_, stream_);
-    });
-    gate_up.x = x_bf16.get();
-  }
+  const std::shared_ptr<void> x_bf16 = stage_bf16(x.f32(), tokens, hidden, gate_up_shape);  // [tokens, hidden]
+  if (x_bf16) gate_up.x = x_bf16.get();
   auto gate_up_out = scratch(static_cast<size_t>(pairs * 2 * inter) * sizeof(float));  // [pairs, 2I]
   gate_up.x_index = group.row_token;
   gate_up.w = experts.gate_up.data();
@@ -263,8 +269,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   const std::shared_ptr<void> gate_up_partials = plan_linear(gate_up, "moe_experts (gate_up)");
   enqueue("linear (moe gate_up)", [&] { cuda::launch_linear(gate_up, fault_, stream_); });
 
-  // SiLU(gate) ⊙ up: [pairs, I], in the form the down product stages.
-  const bool act_bf16 = cuda::linear_stages_bf16(down_shape);
+  // SiLU(gate) ⊙ up: [pairs, I], in the form the down product stages (F32 then slot order for the wgmma shape).
+  const bool act_bf16 = cuda::linear_stages_bf16(down_shape) && !cuda::linear_stages_slot_order(down_shape);
   auto act = scratch(static_cast<size_t>(pairs * inter) * (act_bf16 ? sizeof(uint16_t) : sizeof(float)));
   cuda::MoeSiluMulParams silu;
   silu.gate_up = gate_up.y;
@@ -278,7 +284,11 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   auto down_out = scratch(static_cast<size_t>(pairs * hidden) * sizeof(float));
   cuda::LinearParams down = gate_up;
   down.shape = down_shape;
-  down.x = act.get();
+  const std::shared_ptr<void> act_slots = cuda::linear_stages_slot_order(down_shape)
+                                              ? stage_bf16(static_cast<const float*>(act.get()), pairs, inter,
+                                                           down_shape)
+                                              : nullptr;  // [pairs, I] BF16 in slot order
+  down.x = act_slots ? act_slots.get() : act.get();
   down.x_index = nullptr;
   down.w = experts.down.data();
   down.w_scales = weight_scales(experts.down);

@@ -35,6 +35,7 @@
   /* matrix products: F32 weights, activation staging, the experts' grouping and SiLU */                               \
   X(kLinearF32DropsKRemainder)  /* F32 weights: the reduction runs whole groups of 8 k only, dropping k % 8 terms */   \
   X(kLinearToBf16Truncates)     /* staged activations truncated to BF16 instead of rounded to nearest even */          \
+  X(kLinearSlotsNatural)        /* wgmma's activations in natural k order: each step sums the wrong 16 k */            \
   X(kExpertsGroupClampOffByOne) /* grouping clamps ids into [0, E - 1): the last expert's pairs join the one before */ \
   X(kExpertsSiluSigmoidOfUp)    /* act = gate · sigmoid(up) · up instead of gate · sigmoid(gate) · up */           \
   /* Gated DeltaNet */                                                                                                 \

@@ -1,10 +1,12 @@
 // Matrix products: tensor cores for BF16 weights, CUDA cores for F32 weights. linear.h states the contract.
 //
-// Three BF16 kernels share one per-element arithmetic (linear.h: mma_chunk over ascending 32-wide k-chunks into an F32
+// Four BF16 kernels share one per-element arithmetic (linear.h: mma_chunk over ascending 32-wide k-chunks into an F32
 // accumulator per 128-wide K-slice, the slices added in order; linear_common.cuh), so which one runs, with how many
 // warps, and over how many blocks K is spread changes speed only:
 // - linear_bf16_kernel (prefill, here): a block of warps multiplies a feature tile by a row tile, both operands
 //   streamed through a ring of shared-memory stages with cp.async.
+// - linear_wgmma_kernel (prefill on Hopper; linear_wgmma.cu): the same tiles on warpgroup MMA, each of its k16 steps
+//   given the k of mma_chunk's matching step.
 // - linear_stream_kernel and linear_stream_ring_kernel (decode, up to 64 rows; linear_stream.cu): each warp owns 16
 //   output features and every row of the tile and streams its weights once, through registers or shared memory.
 #include <algorithm>
@@ -46,28 +48,14 @@ using Tiled128 = Bf16Shape<2, 4, 4, 4, 2, 3, uint16_t, 1>;
 
 // ---- The BF16 kernel. ----
 
-// 16-byte units of a staged weight row of W: the shape's kUnitsW for BF16, half as many for FP8 (a stage's weights
-// then fill half of their room).
-template <class S, class W>
-constexpr int kWeightUnits = S::kStageK* static_cast<int>(sizeof(typename W::Elem)) / 16;
-
 // Stages k [k0, k0 + kStageK) of the block's weight rows (the first `features` valid) and product rows into
 // `stage`. Padding rows (x_offset[r] < 0) are left unwritten: compute_stage never reads them.
 template <class S, class W, bool kVec>
 __device__ __forceinline__ void load_stage(const typename W::Elem* w, int features, const typename S::XElem* x,
                                            const int64_t* x_offset, int k, int k0, char* stage) {
   using XElem = typename S::XElem;
-  using WElem = typename W::Elem;
   constexpr int kPerUnitX = 16 / static_cast<int>(sizeof(XElem));
-  constexpr int kUnitsW = kWeightUnits<S, W>, kPerUnitW = 16 / static_cast<int>(sizeof(WElem));
-  static_assert(S::kFeatures * kUnitsW % S::kThreads == 0, "even staging loops");
-#pragma unroll
-  for (int j = 0; j < S::kFeatures * kUnitsW / S::kThreads; ++j) {
-    const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
-    const int r = i / kUnitsW, u = i % kUnitsW;
-    const WElem* row = r < features ? w + static_cast<int64_t>(r) * k : nullptr;
-    stage_unit<WElem, kVec>(stage + tile_offset<WElem>(r, u, kUnitsW), row, w, k0 + u * kPerUnitW, k);
-  }
+  stage_weight_rows<S, W, kVec>(w, features, k, k0, stage);
 #pragma unroll
   for (int j = 0; j < S::kRows * S::kUnitsX / S::kThreads; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
@@ -75,19 +63,6 @@ __device__ __forceinline__ void load_stage(const typename W::Elem* w, int featur
     if (x_offset[r] < 0) continue;
     stage_unit<XElem, kVec>(stage + S::kBytesW + tile_offset<XElem>(r, u, S::kUnitsX), x + x_offset[r], x,
                             k0 + u * kPerUnitX, k);
-  }
-}
-
-// The lane's 8 k of chunk c of staged weight row `row`, as BF16 pairs in the fragment order.
-template <class S, class W>
-__device__ __forceinline__ uint4 weight_fragment(const char* stage, int row, int c, int q) {
-  constexpr int kUnitsW = kWeightUnits<S, W>;
-  if constexpr (W::kScaled) {
-    // Chunk c's 32 bytes are units 2c and 2c + 1; the lane's 8 are half of one of them.
-    const char* unit = stage + tile_offset<uint8_t>(row, 2 * c + q / 2, kUnitsW);
-    return widen_weights<W>(*reinterpret_cast<const uint2*>(unit + (q % 2) * 8));
-  } else {
-    return *reinterpret_cast<const uint4*>(stage + tile_offset<uint16_t>(row, 4 * c + q, kUnitsW));
   }
 }
 
@@ -127,25 +102,10 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_bf16_kernel
   extern __shared__ __align__(128) char smem[];  // kStages x [weights kFeatures x kStageK | rows kRows x kStageK]
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
 
-  const int feature_blocks = (p.n + S::kFeatures - 1) / S::kFeatures;
-  const BlockTile bt = block_tile(static_cast<int>(blockIdx.x), feature_blocks, p.max_tiles);
-  RowTile rt;
-  if (!row_tile(p, bt.tile, S::kRows, &rt)) return;
-  for (int r = static_cast<int>(threadIdx.x); r < S::kRows; r += S::kThreads) {
-    const int row = rt.begin + r;
-    x_offset[r] = row < rt.end ? static_cast<int64_t>(p.x_index ? p.x_index[row] : row) * p.k : -1;
-  }
-  __syncthreads();
-
-  const int feature0 = bt.feature_block * S::kFeatures;
-  const int features = min(S::kFeatures, p.n - feature0);
-  const auto* w = static_cast<const typename W::Elem*>(p.w) + rt.group * p.w_group_stride +
-                  static_cast<int64_t>(feature0) * p.k;  // [features, k]
-  const auto* x = static_cast<const XElem*>(p.x);        // [x_rows, k]
-  const int stages = (p.k + S::kStageK - 1) / S::kStageK;
-  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
-  // The planted control leaves the last chunk out of every reduction.
-  const int chunks = kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks;
+  TiledBlock<W> tb;
+  if (!tiled_block<S, W, kFault>(p, p.k, x_offset, &tb)) return;
+  const auto [rt, feature0, features, stages, chunks, w] = tb;
+  const auto* x = static_cast<const XElem*>(p.x);  // [x_rows, k]
 
   static_assert(kSliceK % S::kStageK == 0, "a slice is whole stages");
   constexpr int kStagesPerSlice = kSliceK / S::kStageK;
@@ -290,6 +250,26 @@ __global__ void __launch_bounds__(kConvertThreads) to_bf16_kernel(const float* x
   }
 }
 
+// Slot order (linear.h): one thread per BF16 pair of the output, y [rows, x_k]. Position p of a row's 32-wide chunk
+// C holds k = 32 C + 8 t + 2 (2 s + h) + e, s = p / 16, c = p mod 16, t = (c mod 8) / 2, h = c / 8, e = c mod 2; a
+// pair (e = 0, 1) is two neighbouring k, zero past k.
+template <KernelFault kFault>
+__global__ void __launch_bounds__(kConvertThreads)
+    to_bf16_slots_kernel(const float* x, uint32_t* y, int64_t rows, int k, int x_k) {
+  wait_for_prior_grid();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x;  // the output pair
+  const int pairs = x_k / 2;
+  if (i >= rows * pairs) return;
+  const int64_t row = i / pairs;
+  const int p = 2 * static_cast<int>(i % pairs);
+  const int s = p % kChunkK / 16, c = p % 16;
+  // The planted control keeps natural order, so each step of the wgmma kernel sums k 16 j .. 16 j + 15.
+  const int kk =
+      kFault == KernelFault::kLinearSlotsNatural ? p : p / kChunkK * kChunkK + 8 * (c % 8 / 2) + 2 * (2 * s + c / 8);
+  const float* xr = x + row * k;
+  y[i] = convert_pair<kFault>(kk < k ? xr[kk] : 0.0f, kk + 1 < k ? xr[kk + 1] : 0.0f);
+}
+
 // ---- Launchers. ----
 
 template <class S>
@@ -310,6 +290,8 @@ template <class S, bool kVec, KernelFault kFault>
 void launch_bf16(const LinearParams& p, cudaStream_t stream) {
   if constexpr (IsStream<S>::value) {
     launch_linear_stream<S>(p, kVec, kFault, stream);
+  } else if constexpr (std::is_same_v<S, Wgmma128Shape>) {
+    launch_linear_wgmma(p, kVec, kFault, stream);
   } else if (p.w_type == LinearWeights::kFp8) {
     // FP8 weights carry their own planted control and the production kernel only.
     constexpr KernelFault kFp8Fault = kFault == KernelFault::kLinearFp8ScaleNextSlice ? kFault : KernelFault::kNone;
@@ -358,6 +340,8 @@ decltype(auto) visit_shape(LinearShape shape, Fn&& fn) {
       return fn(Tiled64{});
     case LinearShape::kTiled128:
       return fn(Tiled128{});
+    case LinearShape::kWgmma128:
+      return fn(Wgmma128Shape{});
     case LinearShape::kF32:
       break;
   }
@@ -460,12 +444,16 @@ int64_t linear_partials_count(const LinearParams& p) {
 }
 
 LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
-                                int sm_count) {
+                                int sm_count, bool wgmma) {
   if (w_type == LinearWeights::kF32) return LinearShape::kF32;
   if (rows_per_matrix <= 8) return LinearShape::kStream8;
   if (rows_per_matrix <= 16) return LinearShape::kStream16;
   if (rows_per_matrix <= 32) return LinearShape::kStream32;
   if (rows_per_matrix <= 64) return LinearShape::kStream64;
+  // FP8 weights on warpgroup MMA: linear_bench at 4096 rows on the H200 (2026-12-04), 158-165 TFLOP/s against the
+  // tiled kernel's 108-114 (which spills with FP8's widening). BF16 stays on the tiled kernel, 170-179 TFLOP/s
+  // against wgmma128's 158-165 in the same call.
+  if (wgmma && w_type == LinearWeights::kFp8) return LinearShape::kWgmma128;
   // Wide tiles when they still give every multiprocessor two blocks.
   const int64_t wide_blocks =
       (n + Tiled128::kFeatures - 1) / Tiled128::kFeatures * ((total_rows + Tiled128::kRows - 1) / Tiled128::kRows);
@@ -497,6 +485,9 @@ const char* linear_launch_refusal(const LinearParams& p) {
       if (p.k_split != 1) return "only a streaming shape spreads K over blocks";
       if (p.stream_kernel != LinearStreamKernel::kByOccupancy || p.stream_warps != 0)
         return "only a streaming shape has a streaming kernel or warp count to force";
+      if constexpr (std::is_same_v<S, Wgmma128Shape>) {
+        if (!linear_wgmma_runs()) return "the warpgroup-MMA shape needs a Hopper GPU (sm_90) and a build for sm_90a";
+      }
       if constexpr (!std::is_same_v<S, F32Shape>) {
         if (S::kSmemBytes + S::kRows * static_cast<int>(sizeof(int64_t)) > block_smem_limit())
           return "the tiled shape needs more shared memory than this GPU gives a block";
@@ -519,6 +510,7 @@ std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows) {
     }
     candidates.push_back({LinearShape::kTiled64, LinearStreamKernel::kByOccupancy, 0, 1});
     candidates.push_back({LinearShape::kTiled128, LinearStreamKernel::kByOccupancy, 0, 1});
+    candidates.push_back({LinearShape::kWgmma128, LinearStreamKernel::kByOccupancy, 0, 1});
   } else {
     candidates.push_back({LinearShape::kF32, LinearStreamKernel::kByOccupancy, 0, 1});
   }
@@ -577,6 +569,8 @@ const char* linear_shape_name(LinearShape shape) {
       return "tiled64";
     case LinearShape::kTiled128:
       return "tiled128";
+    case LinearShape::kWgmma128:
+      return "wgmma128";
     case LinearShape::kF32:
       break;
   }
@@ -589,6 +583,26 @@ int linear_tile_rows(LinearShape shape) {
 
 bool linear_stages_bf16(LinearShape shape) {
   return visit_shape(shape, [](auto s) { return !std::is_same_v<typename decltype(s)::XElem, float>; });
+}
+
+bool linear_stages_slot_order(LinearShape shape) {
+  return shape == LinearShape::kWgmma128;
+}
+
+int64_t linear_slot_order_k(int64_t k) {
+  return (k + kChunkK - 1) / kChunkK * kChunkK;
+}
+
+bool linear_wgmma_runs() {
+#if PLUMB_CUDA_HAS_SM90A
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
 }
 
 int linear_smem_bytes(LinearShape shape) {
@@ -618,6 +632,17 @@ void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t s
                  KernelFault::kLinearSplitDropsSlice, KernelFault::kLinearF32DropsKRemainder,
                  KernelFault::kLinearPartsSkipBoundary, KernelFault::kLinearFp8ScaleNextSlice>(
       fault, [&](auto planted) { launch_linear_variant<decltype(planted)::value>(params, stream); });
+}
+
+void launch_linear_to_bf16_slots(const float* x, uint16_t* y, int64_t rows, int64_t k, KernelFault fault,
+                                 cudaStream_t stream) {
+  const int64_t x_k = linear_slot_order_k(k);
+  if (rows == 0 || k == 0) return;
+  const int64_t blocks = (rows * x_k / 2 + kConvertThreads - 1) / kConvertThreads;
+  dispatch_fault<KernelFault::kLinearToBf16Truncates, KernelFault::kLinearSlotsNatural>(fault, [&](auto planted) {
+    launch_kernel(to_bf16_slots_kernel<decltype(planted)::value>, static_cast<unsigned>(blocks), kConvertThreads, 0,
+                  stream, x, reinterpret_cast<uint32_t*>(y), rows, static_cast<int>(k), static_cast<int>(x_k));
+  });
 }
 
 void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, KernelFault fault, cudaStream_t stream) {

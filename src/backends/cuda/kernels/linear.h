@@ -10,6 +10,9 @@
 // y = ((p0 + p1) + p2) + ... A row's result therefore does not depend on how many rows share the call, which tile it
 // lands in, which shape was launched, or whether the slices were spread over blocks (k_split): a split product
 // stores every slice's partial sums and the last block of each tile to finish adds them up in slice order.
+// On Hopper, prefill products run warpgroup MMA (wgmma, kWgmma128) with the same arithmetic: each of its k16 steps is
+// given the 16 k of the matching mma.sync step, which on the H200 gives the same bits (linear_wgmma.cu says how and
+// what was measured); its activations are staged in slot order (launch_linear_to_bf16_slots) for that.
 // F32 weights (small test checkpoints) use CUDA cores with the CPU reference's order: within a slice eight partial
 // sums by k mod 8, combined pairwise, and the slices added in order.
 // FP8 weights (F8_E4M3 with a multiplier per output feature and K-slice, core/tensor.h's block scales) run the BF16
@@ -51,17 +54,24 @@ enum class LinearShape : int {
   kStream64,  // up to 64 rows per tile, BF16-staged activations
   kTiled64,   // 64 features x 128 rows per block, BF16-staged activations
   kTiled128,  // 128 features x 128 rows per block, BF16-staged activations
+  kWgmma128,  // 128 features x 128 rows per block on Hopper's warpgroup MMA, BF16 activations in slot order
   kF32,       // F32 weights on CUDA cores, 8 rows per tile
 };
 
 // The shape for a product with `rows_per_matrix` rows per weight matrix (all rows for linear, a typical expert's
-// share for MoE), `total_rows` rows in all, `n` output features, on a GPU of `sm_count` multiprocessors.
+// share for MoE), `total_rows` rows in all, `n` output features, on a GPU of `sm_count` multiprocessors that has
+// warpgroup MMA (`wgmma`: linear_wgmma_runs) or not.
 LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
-                                int sm_count);
+                                int sm_count, bool wgmma);
+// Whether the current device runs the kWgmma128 shape (a Hopper GPU, and a build for sm_90a).
+bool linear_wgmma_runs();
 // Product rows per row tile: the granularity of a grouped product's tile list.
 int linear_tile_rows(LinearShape shape);
-// Whether the shape reads its activations as BF16 (made by launch_linear_to_bf16) rather than F32.
+// Whether the shape reads its activations as BF16 rather than F32: made by launch_linear_to_bf16, or, where
+// linear_stages_slot_order, by launch_linear_to_bf16_slots.
 bool linear_stages_bf16(LinearShape shape);
+// Whether the shape reads its BF16 activations in slot order (launch_linear_to_bf16_slots).
+bool linear_stages_slot_order(LinearShape shape);
 
 // The kernel a streaming shape runs. kStream8 and kStream16 have two, every other streaming shape one.
 enum class LinearStreamKernel : int {
@@ -154,5 +164,15 @@ const char* linear_stream_kernel_name(LinearStreamKernel kernel);
 // y = BF16(x) rounded to nearest even, element by element: the staged activations of the BF16 shapes.
 // x [count] F32; y [count] BF16 bits.
 void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, KernelFault fault, cudaStream_t stream);
+
+// Slot order: the activations of the kWgmma128 shape, BF16 as above, each row's k laid out so that every 16 in a row
+// are the 16 k one tensor-core step of the contract sums, in the slots mma_chunk gives them (kernels/linear.cu says
+// why): within each 32-wide chunk, position 16 s + c holds k = 8 t + 2 (2 s + h) + e with t = (c mod 8) / 2,
+// h = c / 8, e = c mod 2 (step s's k: 0-3, 8-11, 16-19, 24-27 for s = 0, the others for s = 1). A row is
+// linear_slot_order_k(k) long, zero past k.
+int64_t linear_slot_order_k(int64_t k);
+// x [rows, k] F32; y [rows, linear_slot_order_k(k)] BF16 bits in slot order.
+void launch_linear_to_bf16_slots(const float* x, uint16_t* y, int64_t rows, int64_t k, KernelFault fault,
+                                 cudaStream_t stream);
 
 }  // namespace plumb::cuda

@@ -110,6 +110,40 @@ __device__ __forceinline__ void stage_unit(char* dst, const Elem* row, const Ele
   }
 }
 
+// 16-byte units of a staged weight row of W in a tiled shape S's stage of kStageK: S's kUnitsW for BF16, half as
+// many for FP8 (a stage's weights then fill half of their room).
+template <class S, class W>
+constexpr int kWeightUnits = S::kStageK* static_cast<int>(sizeof(typename W::Elem)) / 16;
+
+// Stages k [k0, k0 + kStageK) of a tiled block's S::kFeatures weight rows (the first `features` valid, zero past
+// them and past k) into `stage`, rows of kWeightUnits swizzled by tile_offset. Every thread of the block takes a share.
+template <class S, class W, bool kVec>
+__device__ __forceinline__ void stage_weight_rows(const typename W::Elem* w, int features, int k, int k0, char* stage) {
+  using WElem = typename W::Elem;
+  constexpr int kUnitsW = kWeightUnits<S, W>, kPerUnitW = 16 / static_cast<int>(sizeof(WElem));
+  static_assert(S::kFeatures * kUnitsW % S::kThreads == 0, "even staging loops");
+#pragma unroll
+  for (int j = 0; j < S::kFeatures * kUnitsW / S::kThreads; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
+    const int r = i / kUnitsW, u = i % kUnitsW;
+    const WElem* row = r < features ? w + static_cast<int64_t>(r) * k : nullptr;
+    stage_unit<WElem, kVec>(stage + tile_offset<WElem>(r, u, kUnitsW), row, w, k0 + u * kPerUnitW, k);
+  }
+}
+
+// The lane's 8 k of chunk c of staged weight row `row`, as BF16 pairs in the fragment order.
+template <class S, class W>
+__device__ __forceinline__ uint4 weight_fragment(const char* stage, int row, int c, int q) {
+  constexpr int kUnitsW = kWeightUnits<S, W>;
+  if constexpr (W::kScaled) {
+    // Chunk c's 32 bytes are units 2c and 2c + 1; the lane's 8 are half of one of them.
+    const char* unit = stage + tile_offset<uint8_t>(row, 2 * c + q / 2, kUnitsW);
+    return widen_weights<W>(*reinterpret_cast<const uint2*>(unit + (q % 2) * 8));
+  } else {
+    return *reinterpret_cast<const uint4*>(stage + tile_offset<uint16_t>(row, 4 * c + q, kUnitsW));
+  }
+}
+
 // Weight streaming (decode): each warp multiplies 16 features by kNTiles 8-row tiles. Its weights go from global
 // memory into a ring of kRing chunks of registers (8 per chunk), refilled as each chunk is used, so every warp keeps
 // kRing KB of loads in flight and never waits on a barrier for them. Activations arrive a slab of kRing chunks at a
@@ -135,6 +169,26 @@ using Stream8 = StreamShape<1, 12, float>;
 using Stream16 = StreamShape<2, 12, float>;
 using Stream32 = StreamShape<4, 8, uint16_t>;
 using Stream64 = StreamShape<8, 8, uint16_t, 2>;
+
+// The warpgroup-MMA shape (prefill on Hopper; linear_wgmma.cu): two warpgroups, each 64 features by the block's 128
+// product rows, in stages of 64 k, four of them in the ring. Weights are staged row-major as the tiled shapes do and
+// reach the tensor cores from registers (the lanes' mma_chunk fragments); activations, BF16 in slot order
+// (linear.h), are staged in wgmma's no-swizzle K-major layout, the 8 k of unit u of row r at byte 16 (kRows u + r),
+// and read from shared memory by the MMA itself.
+struct Wgmma128Shape {
+  static constexpr int kThreads = 256, kFeatures = 128, kRows = 128, kStageK = 64, kStages = 4, kMinBlocks = 1;
+  using XElem = uint16_t;
+  static constexpr int kUnitsW = kStageK * 2 / 16;
+  static constexpr int kUnitsX = kStageK * 2 / 16;
+  static constexpr int kBytesW = kFeatures * kUnitsW * 16;
+  static constexpr int kStageBytes = kBytesW + kRows * kUnitsX * 16;
+  // The running sums live in shared memory, a thread's kFeatures · kRows / kThreads of them at stride kThreads, so
+  // that the registers hold the slice's accumulators and the MMAs can run while the copies go out.
+  static constexpr int kSumBytes = kFeatures * kRows * 4;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kSumBytes;
+};
+// Launches the warpgroup-MMA shape; vec: 16-byte weight loads (see launch_bf16_aligned).
+void launch_linear_wgmma(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream);
 
 // ---- Which block does what. ----
 
@@ -166,6 +220,41 @@ __device__ __forceinline__ bool row_tile(const LinearParams& p, int tile, int ti
   }
   if (tile >= *p.num_tiles) return false;
   *out = {p.tiles[3 * tile], p.tiles[3 * tile + 1], p.tiles[3 * tile + 2]};
+  return true;
+}
+
+// What a tiled block (linear_bf16_kernel, linear_wgmma_kernel) works on: its row tile, its feature block's first
+// feature and valid features, its weights [features, k], its stages of S::kStageK and the chunks its reductions take.
+template <class W>
+struct TiledBlock {
+  RowTile rt;
+  int feature0, features, stages, chunks;
+  const typename W::Elem* w;
+};
+// Fills `x_offset` [S::kRows] (each product row's activations at x_offset[r], rows of x_row_length elements; -1 for
+// padding) and `block`, with a barrier after; false (before any barrier) for a block past a grouped product's tiles.
+template <class S, class W, KernelFault kFault>
+__device__ __forceinline__ bool tiled_block(const LinearParams& p, int x_row_length, int64_t* x_offset,
+                                            TiledBlock<W>* block) {
+  const int feature_blocks = (p.n + S::kFeatures - 1) / S::kFeatures;
+  const BlockTile bt = block_tile(static_cast<int>(blockIdx.x), feature_blocks, p.max_tiles);
+  RowTile rt;
+  if (!row_tile(p, bt.tile, S::kRows, &rt)) return false;
+  for (int r = static_cast<int>(threadIdx.x); r < S::kRows; r += S::kThreads) {
+    const int row = rt.begin + r;
+    x_offset[r] = row < rt.end ? static_cast<int64_t>(p.x_index ? p.x_index[row] : row) * x_row_length : -1;
+  }
+  __syncthreads();
+  const int feature0 = bt.feature_block * S::kFeatures;
+  const int all_chunks = (p.k + kChunkK - 1) / kChunkK;
+  // The planted control leaves the last chunk out of every reduction.
+  *block = {
+      rt,
+      feature0,
+      min(S::kFeatures, p.n - feature0),
+      (p.k + S::kStageK - 1) / S::kStageK,
+      kFault == KernelFault::kLinearDropsLastKTile ? all_chunks - 1 : all_chunks,
+      static_cast<const typename W::Elem*>(p.w) + rt.group * p.w_group_stride + static_cast<int64_t>(feature0) * p.k};
   return true;
 }
 
@@ -272,15 +361,22 @@ __device__ __forceinline__ SliceMultipliers slice_multipliers(const LinearParams
 // slice (acc[0], acc[1] are feature `feature`'s, acc[2], acc[3] feature + 8's); then it is added to the running sum
 // `sum` (which starts at -0, the identity of F32 addition, so the first slice's sum is its partial sum exactly), or,
 // in a split product, stored as the slice's partial sums for the fold; then it restarts from zero.
+// Scaled weights: a slice's accumulator tile times its features' multipliers (acc[0], acc[1] feature `feature`'s,
+// acc[2], acc[3] feature + 8's), one F32 product each, rounded to nearest.
 template <class W>
-__device__ __forceinline__ void end_slice(const LinearParams& p, int slice, int row0, int row_end, int feature,
-                                          const SliceMultipliers& m, float (&acc)[4], float (&sum)[4]) {
+__device__ __forceinline__ void scale_slice(const SliceMultipliers& m, float (&acc)[4]) {
   if constexpr (W::kScaled) {
     acc[0] = __fmul_rn(acc[0], m.lo);
     acc[1] = __fmul_rn(acc[1], m.lo);
     acc[2] = __fmul_rn(acc[2], m.hi);
     acc[3] = __fmul_rn(acc[3], m.hi);
   }
+}
+
+template <class W>
+__device__ __forceinline__ void end_slice(const LinearParams& p, int slice, int row0, int row_end, int feature,
+                                          const SliceMultipliers& m, float (&acc)[4], float (&sum)[4]) {
+  scale_slice<W>(m, acc);
   if (p.k_split > 1) {
     store_tile(p.partials + static_cast<int64_t>(slice) * p.rows * p.n, p.n, row0, row_end, feature, acc);
   } else {

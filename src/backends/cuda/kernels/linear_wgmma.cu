@@ -1,0 +1,254 @@
+// The warpgroup-MMA product (prefill on Hopper): the contract of linear.h on wgmma, bit for bit the arithmetic of the
+// mma.sync kernels.
+//
+// Why the bits are the same: a tensor-core step sums its 16 products and the accumulator as one operation, so what
+// fixes its result is which 16 k it is given, not the instruction or the slots they sit in. bench/linear's
+// tensor_core_bits measured this on the H200 (2026-12-04): m64n8k16 wgmma against m16n8k16 mma.sync with the same
+// values in the same slots, 0 of 2 M outputs differ from zero, into a random accumulator and over a whole slice; the
+// 16 k of each step in reversed slots, 0 differ; the steps' k sets exchanged (k 0-15 and 16-31 instead of the
+// contract's interleaved sets), 46 % differ. So each step here must sum the contract's set: step 2c + s of a slice
+// takes chunk c's k {8t + 4s + 0..3 : t = 0..3} (mma_chunk). The weights (the A operand, M = features) come from
+// registers exactly as the mma.sync kernels load them; the activations (B, N = product rows) come from shared memory,
+// where wgmma reads each step's 16 k as two consecutive 8-k units of a row. Laying each row out in slot order
+// (linear.h, launch_linear_to_bf16_slots) puts step s's k in the units wgmma reads for it, in the slots the weights'
+// registers give the same k.
+//
+// A block: two warpgroups of four warps; warpgroup v multiplies features [64 v, 64 v + 64) of the block's 128 by its
+// 128 product rows, warp w of it the 16 features 16 w .. 16 w + 15 (the m16 fragment of mma.sync; the accumulator of
+// m64n128 is, per warp, sixteen m16n8 tiles in mma.sync's layout, so the stores are the tiled kernels'). Stages of
+// 64 k (two chunks, four steps) are loaded by every thread with cp.async, four deep; a stage's MMAs run while the
+// copies of a later stage go out. The running sums live in shared memory (Wgmma128Shape): in registers beside the
+// slice's accumulators they left ptxas too few to keep the MMAs in flight across the copies.
+//
+// Speed (linear_bench, H200, T = 4096): 158-165 TFLOP/s with BF16 or FP8 weights; the tiled kernel runs BF16 at
+// 170-179 and FP8 at 108-114, so this kernel is production for FP8 and a variant for BF16 (docs/performance.md).
+#include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/linear_common.cuh"
+
+namespace plumb::cuda::linear_detail {
+namespace {
+
+using S = Wgmma128Shape;
+constexpr int kTiles = S::kRows / 8;  // m16n8 accumulator tiles a warp holds
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d += a·b over one k16 step of the warpgroup: a the warp's m16n8k16 A fragment (mma.sync's registers), b the
+// descriptor of the step's activations. Asynchronous: the caller fences before and waits after.
+__device__ __forceinline__ void wgmma_step(float (&d)[kTiles][4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+      "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+        "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]),
+        "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]),
+        "+f"(d[15][3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+}
+#endif
+
+// The descriptor of step j's activations in a stage: units 2j and 2j + 1 of every row (no swizzle; core matrices of
+// 8 rows by one unit, 128 bytes apart along the rows and 16 · kRows apart along k).
+__device__ __forceinline__ uint64_t step_descriptor(const char* stage_x, int j) {
+  constexpr uint64_t kAlongK = 16 * S::kRows, kAlongRows = 128;
+  const uint64_t address = shared_address(stage_x + 2 * j * kAlongK);
+  return ((address & 0x3FFFF) >> 4) | ((kAlongK >> 4) << 16) | ((kAlongRows >> 4) << 32);
+}
+
+// Issues the steps of a stage's first kChunks chunks, each chunk mma_chunk's two (pairs x, y of the rows, then z, w),
+// as one group. They run while the caller goes on; the A registers and the accumulators are theirs until
+// wait_for_steps.
+template <int kChunks>
+__device__ __forceinline__ void issue_steps(float (&acc)[kTiles][4], const uint4 (&lo)[2], const uint4 (&hi)[2],
+                                            const char* stage_x) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    wgmma_step(acc, lo[c].x, hi[c].x, lo[c].y, hi[c].y, step_descriptor(stage_x, 2 * c));
+    wgmma_step(acc, lo[c].z, hi[c].z, lo[c].w, hi[c].w, step_descriptor(stage_x, 2 * c + 1));
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_steps() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+// Stages k [k0, k0 + kStageK) of the block's weights (as the tiled kernels) and of its product rows' slot-ordered
+// activations (rows of x_k, x_offset[r] < 0 for padding, zero-filled).
+template <class W, bool kVec>
+__device__ __forceinline__ void load_stage(const typename W::Elem* w, int features, const uint16_t* x,
+                                           const int64_t* x_offset, int k, int x_k, int k0, char* stage) {
+  stage_weight_rows<S, W, kVec>(w, features, k, k0, stage);
+  char* stage_x = stage + S::kBytesW;
+  // Lane pairs take the two units of a 32-byte sector; a warp writes two runs of 16 rows, each conflict-free.
+#pragma unroll
+  for (int j = 0; j < S::kRows * S::kUnitsX / S::kThreads; ++j) {
+    const int r = static_cast<int>(threadIdx.x) / 2 % S::kRows;
+    const int u = 2 * (j * S::kThreads / (2 * S::kRows) + static_cast<int>(threadIdx.x) / (2 * S::kRows)) +
+                  static_cast<int>(threadIdx.x) % 2;
+    const int kk = k0 + 8 * u;
+    const bool valid = x_offset[r] >= 0 && kk < x_k;
+    cp_async_16(stage_x + 16 * (u * S::kRows + r), valid ? x + x_offset[r] + kk : x, valid);
+  }
+}
+
+template <class W, bool kVec, KernelFault kFault>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kernel(const LinearParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  wait_for_prior_grid();
+  extern __shared__ __align__(128) char smem[];  // kStages x [weights | rows, slot order], then the running sums
+  __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
+
+  const int x_k = static_cast<int>((p.k + kChunkK - 1) / kChunkK * kChunkK);  // linear_slot_order_k
+  TiledBlock<W> tb;
+  if (!tiled_block<S, W, kFault>(p, x_k, x_offset, &tb)) return;
+  const auto [rt, feature0, features, stages, chunks, w] = tb;
+  const auto* x = static_cast<const uint16_t*>(p.x);  // [x_rows, x_k]
+
+  static_assert(kSliceK % S::kStageK == 0, "a slice is whole stages");
+  constexpr int kStagesPerSlice = kSliceK / S::kStageK;
+  constexpr int kStageChunks = S::kStageK / kChunkK;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int row_in_block = 16 * warp + g;  // the lane's feature (and + 8) within the block: warpgroup v, warp w % 4
+  const int feature = feature0 + row_in_block;
+  const SliceScales scales = slice_scales<W>(p, rt.group, feature);
+  float acc[kTiles][4] = {};
+  // The running sums, -0 to start (the identity of F32 addition): value 4 i + j of the thread's tile i at
+  // sums[(4 i + j) · kThreads + thread].
+  float* sums = reinterpret_cast<float*>(smem + S::kStages * S::kStageBytes);
+#pragma unroll
+  for (int v = 0; v < 4 * kTiles; ++v) sums[v * S::kThreads + static_cast<int>(threadIdx.x)] = -0.0f;
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < stages) load_stage<W, kVec>(w, features, x, x_offset, p.k, x_k, s * S::kStageK, smem + s * S::kStageBytes);
+    cp_async_commit();
+  }
+  // Stage s has landed for this thread; the proxy fence hands its copies to the tensor cores' reads, and the barrier
+  // makes the stage everyone's and frees the buffer read last round (its MMAs were waited for).
+  const auto stage_landed = [&](int s) {
+    cp_async_wait<S::kStages - 2>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    return smem + (s % S::kStages) * S::kStageBytes;
+  };
+  const auto load_fragments = [&](const char* stage, uint4(&lo)[kStageChunks], uint4(&hi)[kStageChunks]) {
+#pragma unroll
+    for (int c = 0; c < kStageChunks; ++c) {
+      lo[c] = weight_fragment<S, W>(stage, row_in_block, c, q);
+      hi[c] = weight_fragment<S, W>(stage, row_in_block + 8, c, q);
+    }
+  };
+  // The end of a slice (the last may be short): its partial sums join the running sums, in slice order.
+  const auto end_stage = [&](int s) {
+    if (s % kStagesPerSlice == kStagesPerSlice - 1 || s == stages - 1) {
+      const int slice = s / kStagesPerSlice;
+      const SliceMultipliers m = slice_multipliers<W, kFault>(p, scales, slice);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        scale_slice<W>(m, acc[i]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float& total = sums[(4 * i + j) * S::kThreads + static_cast<int>(threadIdx.x)];
+          total = __fadd_rn(total, acc[i][j]);
+          acc[i][j] = 0.0f;
+        }
+      }
+    }
+  };
+  // Whole stages: between a stage's MMAs and the wait for them nothing but copies (no branch around the MMAs, so that
+  // ptxas keeps them running across the copies instead of waiting at once).
+  const int whole_stages = chunks / kStageChunks;
+  int s = 0;
+  for (; s < whole_stages; ++s) {
+    const char* stage = stage_landed(s);
+    uint4 lo[kStageChunks], hi[kStageChunks];
+    load_fragments(stage, lo, hi);
+    issue_steps<kStageChunks>(acc, lo, hi, stage + S::kBytesW);
+    // While the tensor cores run stage s, the copies of stage s + kStages - 1 go out (into the buffer of stage s - 1,
+    // whose MMAs were waited for and whose reads every thread finished before the barrier).
+    const int next = s + S::kStages - 1;
+    if (next < stages) {
+      load_stage<W, kVec>(w, features, x, x_offset, p.k, x_k, next * S::kStageK,
+                          smem + (next % S::kStages) * S::kStageBytes);
+    }
+    cp_async_commit();
+    wait_for_steps();
+    end_stage(s);
+  }
+  // The rest, at most one stage: its one chunk, or none (the planted control's last chunk left out). Every copy is
+  // already out.
+  static_assert(kStageChunks == 2, "a stage past the whole ones has at most one chunk");
+  for (; s < stages; ++s) {
+    const char* stage = stage_landed(s);
+    if (s * kStageChunks < chunks) {
+      uint4 lo[kStageChunks], hi[kStageChunks];
+      load_fragments(stage, lo, hi);
+      issue_steps<1>(acc, lo, hi, stage + S::kBytesW);
+      wait_for_steps();
+    }
+    end_stage(s);
+  }
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    float total[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) total[j] = sums[(4 * i + j) * S::kThreads + static_cast<int>(threadIdx.x)];
+    store_output_tile<kFault>(p, rt.begin + 8 * i, rt.end, feature, total);
+  }
+#else
+  __trap();  // linear_launch_refusal refuses this shape where the build has no sm_90a code
+#endif
+}
+
+template <class W, bool kVec, KernelFault kFault>
+void launch_as(const LinearParams& p, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_allowed{0};
+  const auto kernel = linear_wgmma_kernel<W, kVec, kFault>;
+  allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
+  const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
+  launch_kernel(kernel, static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream, p);
+}
+
+template <KernelFault kFault>
+void launch_faulted(const LinearParams& p, bool vec, cudaStream_t stream) {
+  const auto go = [&](auto weights) {
+    using W = decltype(weights);
+    if (vec) {
+      launch_as<W, true, kFault>(p, stream);
+    } else {
+      launch_as<W, false, kFault>(p, stream);
+    }
+  };
+  if (p.w_type == LinearWeights::kFp8) {
+    go(Fp8Weights{});
+  } else {
+    go(Bf16Weights{});
+  }
+}
+
+}  // namespace
+
+void launch_linear_wgmma(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream) {
+  // This kernel carries the faults of the tiled kernels' arithmetic (a chunk left out, a part's boundary skipped,
+  // FP8 multipliers of the next slice); the others leave it at its production instantiation.
+  dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearPartsSkipBoundary,
+                 KernelFault::kLinearFp8ScaleNextSlice>(
+      fault, [&](auto planted) { launch_faulted<decltype(planted)::value>(p, vec, stream); });
+}
+
+}  // namespace plumb::cuda::linear_detail
