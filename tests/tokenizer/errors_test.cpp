@@ -131,6 +131,11 @@ TEST(ChatTemplateErrors, RuntimeErrorsNameTheLine) {
                                                   "{{ [] * 2 }}{{ 'x' * -1 }}{{ 'ab' * 2 }}"),
                         kwargs),
             "0|0|[]abab");
+  // A list repeated into itself has a text of gigabytes: printing it, or its JSON, stops at 16 MB (tokenizer_fuzz timed
+  // out printing `((9,)*9999,)*8100`, 81 M elements).
+  for (const char* source : {"{{ [{'k': ((9,) * 9999,) * 900 * 9}] }}", "{{ (((9,) * 9999,) * 8100) | tojson }}"}) {
+    EXPECT_NE(render_error(source).find("a value's text is larger than 16777216 bytes"), std::string::npos) << source;
+  }
   EXPECT_NE(error_of([] {
               render_chat(ChatTemplate::from_string("x"), nlohmann::ordered_json::object());
             }).find("\"messages\""),

@@ -58,6 +58,11 @@ std::string python_string_repr(const std::string& s) {
   return out;
 }
 
+// A value's text may not grow past kMaxValueTextBytes: checked after each element, so the work stops there.
+void check_text_size(const std::string& out) {
+  PLUMB_CHECK(out.size() <= kMaxValueTextBytes, "a value's text is larger than {} bytes", kMaxValueTextBytes);
+}
+
 // json.dumps string escaping with ensure_ascii=False: only '"', '\\' and control characters are escaped.
 void append_json_string(std::string& out, const std::string& s) {
   out += '"';
@@ -130,6 +135,7 @@ void append_json(std::string& out, const Value& v, int indent, int depth, const 
         if (i > 0) out += item_sep;
         newline(depth + 1);
         append_json(out, v.as_list()[i], indent, depth + 1, item_sep, key_sep, sort_keys);
+        check_text_size(out);
       }
       newline(depth);
       out += ']';
@@ -153,6 +159,7 @@ void append_json(std::string& out, const Value& v, int indent, int depth, const 
         append_json_string(out, items[i]->first);
         out += key_sep;
         append_json(out, items[i]->second, indent, depth + 1, item_sep, key_sep, sort_keys);
+        check_text_size(out);
       }
       newline(depth);
       out += '}';
@@ -323,36 +330,56 @@ std::string Value::str() const {
 }
 
 std::string Value::repr() const {
+  std::string out;
+  append_repr(out);
+  return out;
+}
+
+void Value::append_repr(std::string& out) const {
   switch (kind_) {
     case Kind::kUndefined:
-      return "Undefined";
+      out += "Undefined";
+      return;
     case Kind::kNone:
-      return "None";
+      out += "None";
+      return;
     case Kind::kBool:
-      return b_ ? "True" : "False";
+      out += b_ ? "True" : "False";
+      return;
     case Kind::kInt:
-      return std::to_string(i_);
+      out += std::to_string(i_);
+      return;
     case Kind::kFloat:
-      return python_float_repr(f_);
+      out += python_float_repr(f_);
+      return;
     case Kind::kString:
-      return python_string_repr(*s_);
-    case Kind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
-      return out + "]";
-    }
-    case Kind::kDict:
-    case Kind::kNamespace: {
-      std::string out = kind_ == Kind::kNamespace ? "<Namespace {" : "{";
-      for (size_t i = 0; i < dict_->size(); ++i) {
-        out += (i ? ", " : "") + python_string_repr((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
+      out += python_string_repr(*s_);
+      break;
+    case Kind::kList:
+      out += '[';
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (i > 0) out += ", ";
+        (*list_)[i].append_repr(out);
+        check_text_size(out);
       }
-      return out + (kind_ == Kind::kNamespace ? "}>" : "}");
-    }
+      out += ']';
+      break;
+    case Kind::kDict:
+    case Kind::kNamespace:
+      out += kind_ == Kind::kNamespace ? "<Namespace {" : "{";
+      for (size_t i = 0; i < dict_->size(); ++i) {
+        if (i > 0) out += ", ";
+        out += python_string_repr((*dict_)[i].first) + ": ";
+        (*dict_)[i].second.append_repr(out);
+        check_text_size(out);
+      }
+      out += kind_ == Kind::kNamespace ? "}>" : "}";
+      break;
     case Kind::kFunction:
-      return "<function " + *s_ + ">";
+      out += "<function " + *s_ + ">";
+      break;
   }
-  return "";
+  check_text_size(out);
 }
 
 std::string Value::to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const {

@@ -85,7 +85,15 @@ class Value {
   std::shared_ptr<const List> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Function> fn_;
+
+  // Appends repr() to `out`, failing once `out` passes kMaxValueTextBytes.
+  void append_repr(std::string& out) const;
 };
+
+// The most text one value's str(), repr() or JSON may have (a list repeated into itself a few times has a text of
+// gigabytes: tokenizer_fuzz's `((9,)*9999,)*8100` spent its time printing 81 M elements); past it, a plumb::Error. A
+// message's content is a string and prints as itself, unbounded here (the rendered prompt has its own limit).
+constexpr size_t kMaxValueTextBytes = size_t{16} << 20;
 
 // Python ==.
 bool equal(const Value& a, const Value& b);
