@@ -378,8 +378,8 @@ void moe_experts_case(Context& c, DType dtype) {
   }
 }
 
-// The grouped expert products likewise: every variant that can run a grouped product (all but the shared-memory
-// ring, which takes plain products only) must give the MoE block the bytes of the launch production chooses. Its
+// The grouped expert products likewise: every variant that can run a grouped product must give the MoE block the
+// bytes of the launch production chooses. Its
 // correctness against the reference is moe_experts_bf16's; this case holds the variants to each other. Both products
 // reduce over at least three K-slices, the last one short (H = 3·128 + 8, I = 2·128 + 8), so that a split's fold in
 // another order than slice order changes bits (two partial sums add the same either way round).
@@ -399,8 +399,8 @@ void moe_experts_variants_case(Context& c, DType dtype) {
       return fetch_f32(c.gpu, y);
     };
     const Tensor chosen = run();
-    for (const cuda::LinearVariant& v : cuda::linear_variants(linear_weights(dtype), T * top_k)) {
-      if (v.stream_kernel == cuda::LinearStreamKernel::kSharedRing) continue;
+    for (const cuda::LinearVariant& v :
+         cuda::linear_variants(linear_weights(dtype), T * top_k, cuda::LinearRows::kGrouped)) {
       const LinearVariantScope scope(c.gpu, v);
       c.verdict.same_bits("moe_experts " + std::string(dtype_name(dtype)) + " variants T=" + std::to_string(T) + " " +
                               linear_variant_label(v) + " vs as chosen",

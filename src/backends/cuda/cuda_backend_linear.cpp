@@ -227,8 +227,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   const cuda::LinearShape down_shape =
       linear_variant_ ? linear_variant_->shape
                       : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, hidden, sms, wgmma);
-  const int tile_rows = cuda::linear_tile_rows(gate_up_shape);
-  PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == tile_rows, "{}: the two products disagree on row tiles", op);
+  PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == cuda::linear_tile_rows(gate_up_shape),
+              "{}: the two products disagree on row tiles", op);
+  // No expert takes more rows than there are tokens (top_k picks distinct experts; repeated ids only split an
+  // expert's rows over more tiles), so tiles of fewer rows than the shape's leave no tile fuller: a decode step's
+  // tiles hold one row at batch 1, and the shared-memory ring sizes its stages by that.
+  const int tile_rows = static_cast<int>(std::min<int64_t>(cuda::linear_tile_rows(gate_up_shape), tokens));
   const int64_t max_tiles = cuda::moe_max_tiles(pairs, num_experts, tile_rows);
 
   // Grouping: [pairs] row_token, [pairs] pair_row, [max_tiles, 3] tiles, [1] num_tiles.
@@ -266,6 +270,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   gate_up.tiles = group.tiles;
   gate_up.num_tiles = group.num_tiles;
   gate_up.max_tiles = static_cast<int32_t>(max_tiles);
+  gate_up.tile_rows = tile_rows;
   const std::shared_ptr<void> gate_up_partials = plan_linear(gate_up, "moe_experts (gate_up)");
   enqueue("linear (moe gate_up)", [&] { cuda::launch_linear(gate_up, fault_, stream_); });
 

@@ -412,8 +412,9 @@ int32_t choose_linear_k_split(const LinearParams& p, int sm_count) {
   // 16 rows a product runs fastest with about four of them a multiprocessor, K split to make up the rest (8192 x
   // 2048: whole; 4096 x 2048: 2; 2048 x 4096: 4; 512 x 2048: 16); more, shorter blocks lose more to their start-up
   // and their partial sums than they gain in loads in flight.
-  // A grouped product runs the register-ring kernel, whose warps keep fewer loads in flight than the shared-memory
-  // ring's: it wants twice as many of them.
+  // A grouped product ran the register-ring kernel when this was measured, whose warps keep fewer loads in flight
+  // than the shared-memory ring's: it wants twice as many of them. (A grouped FP8 product at batch 1 now fits the
+  // ring, its tiles one row each, at this same count: 16 warps a multiprocessor, FP8's count for a plain product.)
   // FP8 weights cost instructions to widen (a few per pair of codes), and a warp waits on their results: with a BF16
   // product's four warps a multiprocessor, one or two a scheduler, half its issue cycles go unused (ncu, 12288 x 2048
   // at T=1). linear_bench --weights fp8's sweep (H200, 2026-12-04): one to 8 rows run fastest with about 16 warps a
@@ -474,6 +475,8 @@ const char* linear_launch_refusal(const LinearParams& p) {
         return "every part needs an output and at least one feature";
     if (p.part_end[p.part_count - 1] != p.n) return "the parts must end at the product's last feature";
   }
+  if (p.tiles != nullptr && (p.tile_rows < 0 || p.tile_rows > linear_tile_rows(p.shape)))
+    return "a grouped product's tiles hold at most its shape's row tile of rows (tile_rows 0: that many)";
   return visit_shape(p.shape, [&](auto shape) -> const char* {
     using S = decltype(shape);
     if (p.k_split < 1) return "k_split counts blocks per tile: at least 1";
@@ -497,7 +500,7 @@ const char* linear_launch_refusal(const LinearParams& p) {
   });
 }
 
-std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows) {
+std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows, LinearRows layout) {
   std::vector<LinearVariant> candidates;
   if (w_type != LinearWeights::kF32) {
     for (LinearShape shape :
@@ -525,6 +528,10 @@ std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows) {
     static const float any_scale = 1.0f;
     p.w_scales = w_type == LinearWeights::kFp8 ? &any_scale : nullptr;
     p.rows = static_cast<int32_t>(rows);
+    // Any address: whether a variant runs a grouped product does not depend on its tiles (at most the shape's row
+    // tile of rows each, as the grouping makes them).
+    static const int32_t any_tiles[3] = {};
+    if (layout == LinearRows::kGrouped) p.tiles = any_tiles;
     // Whether a split can run depends on the shape alone; its buffers are the caller's.
     if (linear_launch_refusal(p) == nullptr) runnable.push_back(v);
   }

@@ -77,8 +77,8 @@ bool linear_stages_slot_order(LinearShape shape);
 enum class LinearStreamKernel : int {
   kByOccupancy,   // production: the shared-memory ring when all its blocks fit on the GPU at once, else the registers
   kRegisterRing,  // linear_stream_kernel: weights through a ring of registers, 1 to 4 warps a block
-  kSharedRing,    // linear_stream_ring_kernel: weights through shared memory; plain products of up to 8 rows
-                  // (kStream8) or 16 (kStream16)
+  kSharedRing,    // linear_stream_ring_kernel: weights through shared memory; row tiles of up to 8 rows (kStream8)
+                  // or 16 (kStream16): a plain product of that many, or a grouped product's tiles
 };
 
 struct LinearParams {
@@ -117,6 +117,9 @@ struct LinearParams {
   const int32_t* tiles = nullptr;      // [max_tiles, 3] device
   const int32_t* num_tiles = nullptr;  // [1] device
   int32_t max_tiles = 0;
+  // The most rows any of those tiles holds (the grouping's tile_rows; 0: linear_tile_rows(shape)). The shared-memory
+  // ring sizes its stages by it, so fewer rows a tile fit more blocks on a multiprocessor.
+  int32_t tile_rows = 0;
 };
 
 // K-slices of a reduction of length k.
@@ -154,9 +157,12 @@ struct LinearVariant {
 };
 // LinearVariant::k_split for a block per slice.
 constexpr int32_t kLinearSplitEverySlice = 1 << 20;
-// Every variant, each kernel and warp count pinned, that can run a plain product of `rows` rows with weights of
-// `w_type` on the current device. They all give the same bits (the arithmetic above); the op harness checks that.
-std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows);
+// How a product's rows are laid out: one matrix for them all, or grouped (each tile of rows its own matrix).
+enum class LinearRows : int { kPlain, kGrouped };
+// Every variant, each kernel and warp count pinned, that can run a product of `rows` rows laid out as `layout` with
+// weights of `w_type` on the current device. They all give the same bits (the arithmetic above); the op harness
+// checks that.
+std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows, LinearRows layout = LinearRows::kPlain);
 const char* linear_weights_name(LinearWeights w_type);
 const char* linear_shape_name(LinearShape shape);
 const char* linear_stream_kernel_name(LinearStreamKernel kernel);

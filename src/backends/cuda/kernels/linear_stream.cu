@@ -1,6 +1,8 @@
 // The BF16 matrix-product kernels of decode (linear.h states the contract; linear.cu says how the kernels share one
-// arithmetic): linear_stream_kernel, weights through a ring of registers, and linear_stream_ring_kernel, for plain
-// products of up to 16 rows, weights and activations through a deep ring of shared memory.
+// arithmetic): linear_stream_kernel, weights through a ring of registers, and linear_stream_ring_kernel, for row tiles
+// of up to 16 rows, weights and activations through a deep ring of shared memory.
+#include <algorithm>
+
 #include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/linear_common.cuh"
 
@@ -231,8 +233,12 @@ struct StagedWeights {
 // warp's 16 weight rows (4 KB of BF16, 2 KB of FP8) and the activations (512 bytes a row), kDepth stages deep. Up
 // to 8 rows: one-warp blocks, each with its own copy of the activations and 20 KB of BF16 weights in flight (a product
 // of one row has too few warps to hide a block barrier). Up to 16 rows: four warps share the activations and meet at
-// a barrier every stage, 28 KB of BF16 weights in flight each. FP8 rings are deeper, to keep about as many bytes in
-// flight with half the bytes a stage.
+// a barrier every stage, 28 KB of BF16 weights in flight each. FP8 rings are 4 stages deep (6-8 KB of weights in
+// flight a warp), so that 19 one-warp blocks (or 3 four-warp ones) fit a multiprocessor: FP8's widening wants about
+// 16 warps there (choose_linear_k_split), where rings holding as many bytes in flight as BF16's (11 and 12 stages) fit
+// 7 blocks (or 1), leaving such splits to the register ring. linear_bench --weights fp8 on the H200 (2026-12-04): at 1
+// to 16 rows the 4-stage ring was the fastest kernel at every shape, 8-16 % faster than the register ring at T = 1
+// and never slower than the 11- or 12-stage ring (docs/performance.md).
 template <int kNTiles_, int kWarps_, int kDepth_, class W_>
 struct RingShape {
   using XElem = float;
@@ -248,8 +254,8 @@ struct RingShape {
 };
 using Ring8 = RingShape<1, 1, 6, Bf16Weights>;
 using Ring16 = RingShape<2, 4, 8, Bf16Weights>;
-using Ring8Fp8 = RingShape<1, 1, 11, Fp8Weights>;
-using Ring16Fp8 = RingShape<2, 4, 12, Fp8Weights>;
+using Ring8Fp8 = RingShape<1, 1, 4, Fp8Weights>;
+using Ring16Fp8 = RingShape<2, 4, 4, Fp8Weights>;
 
 // The block's barrier: __syncwarp for a block of one warp.
 template <class S>
@@ -261,11 +267,15 @@ __device__ __forceinline__ void block_barrier() {
   }
 }
 
-// Block of kWarps warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every row of a
-// plain product of up to kRows rows over the block's run of K-slices, chunk after chunk in ascending k: the
-// arithmetic of linear.h. Block b takes K-group b % k_split of feature block b / k_split. Each stage is one slice and
-// is one cp.async group, made the block's (or for one warp the warp's) by the barrier every stage begins with.
-template <class S, bool kVec, KernelFault kFault>
+// Block of kWarps warps; warp w computes features [16 w, 16 w + 16) of the block's feature block for every row of its
+// row tile (a plain product's up to kRows rows, or one tile of a grouped product's) over the block's run of K-slices,
+// chunk after chunk in ascending k: the arithmetic of linear.h. Block b takes K-group b % k_split of tile b / k_split
+// (a feature block and a row tile, block_tile). Each stage is one slice and is one cp.async group, made the block's
+// (or for one warp the warp's) by the barrier every stage begins with. kGrouped: p is a grouped product, each block
+// looking up its tile; a plain product's rows are one row tile, at row 0 of matrix 0 at compile time (with the choice
+// made at run time, BF16's B=1 decode step measured 0.6-1.2 % slower in two A/B calls on the H200; at compile time,
+// within resolution; 2026-12-04).
+template <class S, bool kVec, bool kGrouped, KernelFault kFault>
 __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(const LinearParams p) {
   wait_for_prior_grid();
   using W = typename S::W;
@@ -275,14 +285,22 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   __shared__ int64_t x_offset[S::kRows];  // element offset of each product row's activations
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = S::kWarps == 1 ? 0 : static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, q = lane % 4;
-  const int rows = p.rows;  // at most kRows <= the block's threads
+  const int tile_id = static_cast<int>(blockIdx.x) / p.k_split;
+  BlockTile bt{tile_id, 0};
+  RowTile rt{0, 0, p.rows};
+  if constexpr (kGrouped) {
+    bt = block_tile(tile_id, (p.n + 16 * S::kWarps - 1) / (16 * S::kWarps), p.max_tiles);
+    if (!row_tile(p, bt.tile, S::kRows, &rt)) return;
+  }
+  // At most ring_rows(p) <= kRows <= the block's threads: the launch sized the ring for that many.
+  const int rows = rt.end - rt.begin;
   if (static_cast<int>(threadIdx.x) < rows) {
-    x_offset[threadIdx.x] = static_cast<int64_t>(p.x_index ? p.x_index[threadIdx.x] : threadIdx.x) * p.k;
+    const int row = rt.begin + static_cast<int>(threadIdx.x);
+    x_offset[threadIdx.x] = static_cast<int64_t>(p.x_index ? p.x_index[row] : row) * p.k;
   }
   block_barrier<S>();
 
-  const int tile_id = static_cast<int>(blockIdx.x) / p.k_split;
-  const int block_feature0 = tile_id * S::kWarps * 16;
+  const int block_feature0 = bt.feature_block * S::kWarps * 16;
   const int warp_feature0 = block_feature0 + warp * 16;
   // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers. A
   // one-warp block always has features (the grid has one block per 16).
@@ -291,10 +309,10 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   // The block's slices: k [kb, k_end), one slice a stage. Weight rows are addressed from kb.
   const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
   const int kb = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - kb;
-  const auto* w = static_cast<const WElem*>(p.w);                                                      // [n, k]
+  const WElem* w = static_cast<const WElem*>(p.w) + rt.group * p.w_group_stride;                       // [n, k]
   const WElem* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + kb : nullptr;          // [k_len]
   const WElem* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + kb : nullptr;  // [k_len]
-  const SliceScales scales = slice_scales<W>(p, 0, feature);
+  const SliceScales scales = slice_scales<W>(p, rt.group, feature);
   const auto* x = static_cast<const float*>(p.x);  // [x_rows, k]
   const int slab_bytes = rows * S::kUnitsX * 16;
   const int stage_bytes = slab_bytes + S::kWarps * S::kWeightBytes;
@@ -355,17 +373,17 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
     }
 #pragma unroll
     for (int nt = 0; nt < S::kNTiles; ++nt)
-      end_slice<W>(p, sr.begin + s, nt * 8, rows, feature, multipliers, acc[nt], sum[nt]);
+      end_slice<W>(p, sr.begin + s, rt.begin + nt * 8, rt.end, feature, multipliers, acc[nt], sum[nt]);
     multipliers = slice_multipliers<W, kFault>(p, scales, sr.begin + s + 1);
   }
 
   if (p.k_split > 1) {
-    fold_split_tile<kFault>(p, tile_id, 0, rows, block_feature0, min(S::kWarps * 16, p.n - block_feature0));
+    fold_split_tile<kFault>(p, tile_id, rt.begin, rt.end, block_feature0, min(S::kWarps * 16, p.n - block_feature0));
     return;
   }
   if (!warp_active) return;
 #pragma unroll
-  for (int nt = 0; nt < S::kNTiles; ++nt) store_output_tile<kFault>(p, nt * 8, rows, feature, sum[nt]);
+  for (int nt = 0; nt < S::kNTiles; ++nt) store_output_tile<kFault>(p, rt.begin + nt * 8, rt.end, feature, sum[nt]);
 }
 
 // ---- Launchers. ----
@@ -412,19 +430,43 @@ decltype(auto) visit_weights(const LinearParams& p, Fn&& fn) {
   return fn(Bf16Weights{});
 }
 
-// Whether a plain product goes to linear_stream_ring_kernel: when all its blocks fit on the GPU at once (each
+// The most rows one block of linear_stream_ring_kernel<R> stages, which its shared memory is sized for: a plain
+// product's rows, or the largest tile of a grouped one.
+template <class R>
+int ring_rows(const LinearParams& p) {
+  if (p.tiles == nullptr) return p.rows;
+  return p.tile_rows > 0 ? std::min(p.tile_rows, R::kRows) : R::kRows;
+}
+
+// The blocks of p on linear_stream_ring_kernel<R>.
+template <class R>
+int64_t ring_blocks(const LinearParams& p) {
+  return static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.max_tiles * p.k_split;
+}
+
+// Whether a product goes to linear_stream_ring_kernel: when all its blocks fit on the GPU at once (each
 // multiprocessor holds as many as its shared memory allows). Larger products keep more warps busy with
 // linear_stream_kernel's register ring, whose blocks need less shared memory.
 template <class R>
 bool ring_fits(const LinearParams& p) {
-  if (p.tiles != nullptr || p.rows > R::kRows) return false;
+  if (p.tiles == nullptr ? p.rows > R::kRows : p.tile_rows > R::kRows) return false;
   int device = 0, sms = 0, smem_per_sm = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   constexpr int kPerBlockExtra = 2048;  // static shared memory and what the runtime reserves per block
-  const int64_t per_sm = smem_per_sm / (R::ring_bytes(p.rows) + kPerBlockExtra);
-  return static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.k_split <= per_sm * sms;
+  const int64_t per_sm = smem_per_sm / (R::ring_bytes(ring_rows<R>(p)) + kPerBlockExtra);
+  return ring_blocks<R>(p) <= per_sm * sms;
+}
+
+// Launches p on linear_stream_ring_kernel<R>.
+template <class R, bool kVec, bool kGrouped, KernelFault kFault>
+void launch_ring(const LinearParams& p, cudaStream_t stream) {
+  static std::atomic<uint64_t> ring_smem_allowed{0};
+  const auto kernel = linear_stream_ring_kernel<R, kVec, kGrouped, kFault>;
+  allow_smem(reinterpret_cast<const void*>(kernel), R::ring_bytes(R::kRows), ring_smem_allowed);
+  launch_kernel(kernel, static_cast<unsigned>(ring_blocks<R>(p)), 32 * R::kWarps, R::ring_bytes(ring_rows<R>(p)),
+                stream, p);
 }
 
 template <class S, class W, bool kVec, KernelFault kFault>
@@ -433,11 +475,11 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
   if constexpr (!std::is_void_v<R>) {
     if (p.stream_kernel == LinearStreamKernel::kSharedRing ||
         (p.stream_kernel == LinearStreamKernel::kByOccupancy && ring_fits<R>(p))) {
-      static std::atomic<uint64_t> ring_smem_allowed{0};
-      const auto kernel = linear_stream_ring_kernel<R, kVec, kFault>;
-      allow_smem(reinterpret_cast<const void*>(kernel), R::ring_bytes(R::kRows), ring_smem_allowed);
-      const int64_t blocks = static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.k_split;
-      launch_kernel(kernel, static_cast<unsigned>(blocks), 32 * R::kWarps, R::ring_bytes(p.rows), stream, p);
+      if (p.tiles != nullptr) {
+        launch_ring<R, kVec, true, kFault>(p, stream);
+      } else {
+        launch_ring<R, kVec, false, kFault>(p, stream);
+      }
       return;
     }
   }
@@ -487,10 +529,11 @@ const char* stream_refusal(const LinearParams& p) {
         return "the shared-memory ring kernel serves kStream8 and kStream16 only";
       } else {
         if (p.stream_warps != 0) return "the shared-memory ring kernel's warps per block are fixed by its shape";
-        if (p.tiles != nullptr) return "the shared-memory ring kernel serves plain products only, not grouped ones";
-        if (p.rows > R::kRows) return "the shared-memory ring kernel of this shape takes fewer rows";
-        const void* kernel = reinterpret_cast<const void*>(linear_stream_ring_kernel<R, true, KernelFault::kNone>);
-        if (R::ring_bytes(p.rows) + static_smem(kernel) > block_smem_limit())
+        if (p.tiles == nullptr ? p.rows > R::kRows : p.tile_rows > R::kRows)
+          return "the shared-memory ring kernel of this shape takes fewer rows";
+        const void* kernel =
+            reinterpret_cast<const void*>(linear_stream_ring_kernel<R, true, false, KernelFault::kNone>);
+        if (R::ring_bytes(ring_rows<R>(p)) + static_smem(kernel) > block_smem_limit())
           return "the shared-memory ring kernel needs more shared memory than this GPU gives a block";
         return nullptr;
       }
