@@ -346,9 +346,12 @@ void Value::append_repr(std::string& out) const {
     case Kind::kBool:
       out += b_ ? "True" : "False";
       return;
-    case Kind::kInt:
-      out += std::to_string(i_);
+    case Kind::kInt: {
+      // Into a buffer on the stack: a list of millions of ints is printed one element at a time.
+      char digits[24];
+      out.append(digits, std::to_chars(digits, digits + sizeof digits, i_).ptr);
       return;
+    }
     case Kind::kFloat:
       out += python_float_repr(f_);
       return;
