@@ -62,12 +62,19 @@ BpeModel BpeModel::from_json(const nlohmann::json& model) {
   const nlohmann::json& vocab = json_member(model, "vocab", kFile, "model");
   PLUMB_CHECK(vocab.is_object(), "{}: model.vocab must be an object mapping tokens to ids", kFile);
   int64_t max_id = -1;
+  std::string max_token;
   for (const auto& [token, id] : vocab.items()) {
     PLUMB_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 30),
                 "{}: model.vocab['{}'] must be a non-negative integer id", kFile, token);
     m.vocab_.emplace(token, id.get<int32_t>());
-    max_id = std::max(max_id, id.get<int64_t>());
+    if (id.get<int64_t>() > max_id) {
+      max_id = id.get<int64_t>();
+      max_token = token;
+    }
   }
+  PLUMB_CHECK(max_id < static_cast<int64_t>(vocab.size()) + kMaxUnusedTokenIds,
+              "{}: model.vocab['{}'] has id {} but model.vocab names only {} tokens (at most {} ids may go unused)",
+              kFile, max_token, max_id, vocab.size(), kMaxUnusedTokenIds);
   m.tokens_.resize(static_cast<size_t>(max_id + 1));
   for (const auto& [token, id] : m.vocab_) {
     PLUMB_CHECK(m.tokens_[id].empty(), "{}: model.vocab gives id {} to two tokens", kFile, id);

@@ -13,6 +13,10 @@
 
 namespace plumb::tokenizer {
 
+// Token ids index dense tables (id -> text, id -> bytes), so a file may leave only this many ids unnamed below its
+// largest; real tokenizers leave none, and a stray id near 2^30 would otherwise ask for gigabytes.
+inline constexpr int64_t kMaxUnusedTokenIds = int64_t{1} << 16;
+
 class BpeModel {
  public:
   // Parses tokenizer.json's "model" object (type BPE). Merges may be written "a b" or ["a", "b"].

@@ -96,6 +96,12 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   const std::vector<AddedToken> added = parse_added_tokens(j.value("added_tokens", nlohmann::json()));
 
   int64_t size = static_cast<int64_t>(impl->model.tokens().size());
+  for (const AddedToken& t : added) {
+    PLUMB_CHECK(t.id < size + static_cast<int64_t>(added.size()) + kMaxUnusedTokenIds,
+                "{}: added token '{}' has id {} but the model's vocabulary ends at {} and there are only {} added "
+                "tokens (at most {} ids may go unused)",
+                kFile, t.content, t.id, size, added.size(), kMaxUnusedTokenIds);
+  }
   for (const AddedToken& t : added) size = std::max<int64_t>(size, int64_t{t.id} + 1);
   impl->id_text.assign(static_cast<size_t>(size), std::string());
   impl->id_kind.assign(static_cast<size_t>(size), 0);

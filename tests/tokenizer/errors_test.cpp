@@ -66,6 +66,10 @@ TEST(TokenizerErrors, NamesTheField) {
   expect_load_error([](auto& j) { j["model"]["merges"][5] = 17; }, "model.merges[5] must be");
   expect_load_error([](auto& j) { j["model"]["vocab"]["x"] = "seven"; }, "model.vocab['x']");
   expect_load_error([](auto& j) { j["model"].erase("vocab"); }, "model.vocab is missing");
+  // A sparse id would size the id tables for it: refused by name, not a multi-gigabyte allocation.
+  expect_load_error([](auto& j) { j["model"]["vocab"]["far"] = 130000000; },
+                    "model.vocab['far'] has id 130000000 but model.vocab names only");
+  expect_load_error([](auto& j) { j["added_tokens"][0]["id"] = 1 << 29; }, "has id 536870912 but the model's");
   expect_load_error([](auto& j) { j["model"]["byte_fallback"] = true; }, "model.byte_fallback");
   expect_load_error([](auto& j) { j["added_tokens"][0]["id"] = -3; }, "added_tokens[0].id");
   expect_load_error([](auto& j) { j["added_tokens"][1]["lstrip"] = "yes"; }, "added_tokens[1].lstrip");
