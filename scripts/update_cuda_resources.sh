@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rewrites src/backends/cuda/resource_usage.txt from the current kernels, compiled with the commands of a configured
-# build (see tests/cuda_resources.sh).
+# Rewrites src/backends/cuda/resource_usage.txt and resource_usage_planted.txt from the current kernels, compiled
+# with the commands of a configured build (see tests/cuda_resources.sh).
 #   scripts/update_cuda_resources.sh [BUILD_DIR]   (default build/test, the build scripts/test.sh makes)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -4,7 +4,8 @@
 # launched with dynamic shared memory the bytes its launcher computes (ptxas cannot see those). A change in any of
 # them (a new spill, a kernel that grew past an occupancy step) must be seen and recorded, not slip by.
 #   cuda_resources.sh check COMPILE_COMMANDS DYNAMIC_SMEM_TOOL   compare with src/backends/cuda/resource_usage.txt
-#   cuda_resources.sh write COMPILE_COMMANDS DYNAMIC_SMEM_TOOL   rewrite that file
+#                                                                and resource_usage_planted.txt
+#   cuda_resources.sh write COMPILE_COMMANDS DYNAMIC_SMEM_TOOL   rewrite those files
 # COMPILE_COMMANDS is the build's compile_commands.json: each kernel file is compiled again with exactly the command
 # the build compiles it with (flags, -gencode targets, defines), plus --resource-usage. DYNAMIC_SMEM_TOOL is the
 # build's plumb_cuda_dynamic_smem (tests/cuda_dynamic_smem.cpp).
@@ -15,29 +16,42 @@ compile_commands=${2:?$usage}
 dynamic_tool=${3:?$usage}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 record=$root/src/backends/cuda/resource_usage.txt
-# Today's counts are 311 ptxas records and 19 dynamic ones. Fewer means kernels fell out of the compile unseen (a
-# target architecture or a file dropped, output that no longer parses); a deliberate removal lowers these with it.
-min_ptxas_records=300
+# Two records, one per kernels library (kernels/fault.h): resource_usage.txt, the production library plumb runs
+# (plumb_cuda_kernels: ptxas records, and dynamic ones from DYNAMIC_SMEM_TOOL, which links it), and
+# resource_usage_planted.txt, the planted controls only the op harness's library (plumb_cuda_kernels_planted) carries:
+# its kernels with a fault other than kNone; its kNone kernels are the production ones.
+# Today's counts are 113 production ptxas records, 19 dynamic ones and 226 planted ones. Fewer means kernels fell out
+# of the compile unseen (a target architecture or a file dropped, output that no longer parses); a deliberate removal
+# lowers these with it.
+min_ptxas_records=105
 min_dynamic_records=18
+min_planted_records=200
+planted_record=$root/src/backends/cuda/resource_usage_planted.txt
 
 ptxas=$(mktemp)
 dynamic=$(mktemp)
 current=$(mktemp)
-trap 'rm -f "$ptxas" "$dynamic" "$current"' EXIT
+current_planted=$(mktemp)
+trap 'rm -f "$ptxas" "$dynamic" "$current" "$current_planted"' EXIT
 
-# Every kernel file, compiled as the build compiles it; its ptxas report follows a "== FILE" line.
-python3 - "$compile_commands" "$root/src/backends/cuda/kernels" >"$ptxas" <<'PY'
+# ptxas_records LIBRARY: every kernel file, compiled as the build compiles it into LIBRARY, its ptxas report after a
+# "== FILE" line, as sorted records.
+ptxas_records() {
+  python3 - "$compile_commands" "$root/src/backends/cuda/kernels" "$1" >"$ptxas" <<'PY'
 import glob, json, os, shlex, subprocess, sys
-commands, kernels = sys.argv[1], os.path.realpath(sys.argv[2])
-entries = {os.path.realpath(os.path.join(e["directory"], e["file"])): e for e in json.load(open(commands))}
+commands, kernels, library = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3]
+entries = {}
+for e in json.load(open(commands)):
+    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
+    if "-o" in args and f"/{library}.dir/" in args[args.index("-o") + 1]:
+        entries[os.path.realpath(os.path.join(e["directory"], e["file"]))] = (e, args)
 files = sorted(glob.glob(os.path.join(kernels, "*.cu")))
 if not files:
     sys.exit(f"cuda_resources: no kernel file in {kernels}")
 for path in files:
-    entry = entries.get(os.path.realpath(path))
-    if entry is None:
-        sys.exit(f"cuda_resources: {path} is not in {commands}; reconfigure the build")
-    args = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
+    if os.path.realpath(path) not in entries:
+        sys.exit(f"cuda_resources: {path} is not compiled into {library} in {commands}; reconfigure the build")
+    entry, args = entries[os.path.realpath(path)]
     # The build's own command, its object written nowhere.
     out = args.index("-o")
     args = args[:out] + args[out + 2:] + ["-o", os.devnull, "--resource-usage"]
@@ -47,13 +61,6 @@ for path in files:
     print(f"== {os.path.basename(path)}")
     print(run.stdout)
 PY
-"$dynamic_tool" >"$dynamic"
-
-{
-  echo "# Resource usage of every CUDA kernel. ptxas, as the build compiles each file: arch, kernel, registers, static"
-  echo "# shared memory (bytes), stack frame, spill stores and loads. dynamic: the shared memory (bytes) a kernel's"
-  echo "# launch asks for, as its launcher computes it, per configuration (tests/cuda_dynamic_smem.cpp)."
-  echo "# Written by scripts/update_cuda_resources.sh; checked by ctest cuda_resource_records."
   awk '
     /^== / { src = $2; next }
     /Compiling entry function/ { match($0, /'"'"'[^'"'"']+'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2);
@@ -64,15 +71,38 @@ PY
       for (i = 1; i <= NF; ++i) { if ($(i + 1) ~ /^registers/) regs = $i; if ($(i + 1) == "bytes" && $(i + 2) ~ /^smem/) smem = $i }
       printf "%s %s %s registers=%s smem=%s stack=%s spill_stores=%s spill_loads=%s\n", src, arch, name, regs, smem, stack, spill_st, spill_ld
     }' "$ptxas" | c++filt | sort
+}
+"$dynamic_tool" >"$dynamic"
+
+{
+  echo "# Resource usage of every CUDA kernel of plumb_cuda_kernels, the kernels plumb runs. ptxas, as the build compiles"
+  echo "# each file: arch, kernel, registers, static shared memory (bytes), stack frame, spill stores and loads. dynamic:"
+  echo "# the shared memory (bytes) a kernel's launch asks for, as its launcher computes it, per configuration"
+  echo "# (tests/cuda_dynamic_smem.cpp). The op harness's planted controls: resource_usage_planted.txt."
+  echo "# Written by scripts/update_cuda_resources.sh; checked by ctest cuda_resource_records."
+  ptxas_records plumb_cuda_kernels
   sort "$dynamic"
 } >"$current"
+{
+  echo "# Resource usage of the planted controls (kernels/fault.h), compiled only into plumb_cuda_kernels_planted, the op"
+  echo "# harness's kernels: its kernels with a fault other than kNone (the rest are resource_usage.txt's), in the same"
+  echo "# columns. Written by scripts/update_cuda_resources.sh; checked by ctest cuda_resource_records."
+  ptxas_records plumb_cuda_kernels_planted | grep -E 'KernelFault\)[1-9]'
+} >"$current_planted"
 
 ptxas_records=$(grep -vc -e '^#' -e '^[^ ]* dynamic ' "$current" || true)
 dynamic_records=$(grep -c '^[^ ]* dynamic ' "$current" || true)
+planted_records=$(grep -vc '^#' "$current_planted" || true)
 status=0
-if [ "$ptxas_records" -lt "$min_ptxas_records" ] || [ "$dynamic_records" -lt "$min_dynamic_records" ]; then
-  echo "cuda_resources: found $ptxas_records ptxas and $dynamic_records dynamic records; at least" \
-    "$min_ptxas_records and $min_dynamic_records expected"
+if [ "$ptxas_records" -lt "$min_ptxas_records" ] || [ "$dynamic_records" -lt "$min_dynamic_records" ] ||
+  [ "$planted_records" -lt "$min_planted_records" ]; then
+  echo "cuda_resources: found $ptxas_records ptxas, $dynamic_records dynamic and $planted_records planted records;" \
+    "at least $min_ptxas_records, $min_dynamic_records and $min_planted_records expected"
+  status=1
+fi
+# No planted fault in the production library's kernels.
+if grep -E 'KernelFault\)[1-9]' "$current"; then
+  echo "cuda_resources: plumb_cuda_kernels compiled the planted kernels above"
   status=1
 fi
 # A dynamic record must name a kernel ptxas compiled in that file, so the two halves cannot drift apart unseen.
@@ -87,9 +117,11 @@ done < <(grep '^[^ ]* dynamic ' "$current")
 
 if [ "$mode" = write ]; then
   cp "$current" "$record"
-  echo "cuda_resources: wrote $ptxas_records ptxas and $dynamic_records dynamic records to $record"
-elif diff -u "$record" "$current"; then
-  echo "cuda_resources: $ptxas_records ptxas and $dynamic_records dynamic records match"
+  cp "$current_planted" "$planted_record"
+  echo "cuda_resources: wrote $ptxas_records ptxas and $dynamic_records dynamic records to $record," \
+    "$planted_records to $planted_record"
+elif diff -u "$record" "$current" && diff -u "$planted_record" "$current_planted"; then
+  echo "cuda_resources: $ptxas_records ptxas, $dynamic_records dynamic and $planted_records planted records match"
 else
   echo "cuda_resources: the kernels' resource usage changed (diff above: - recorded, + now)."
   echo "If the change is intended, run scripts/update_cuda_resources.sh and commit the new record with the kernel."

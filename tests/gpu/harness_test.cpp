@@ -114,6 +114,12 @@ INSTANTIATE_TEST_SUITE_P(Faults, Controls, ::testing::Range<size_t>(0, controls(
                                   std::to_string(info.param);
                          });
 
+// Needs no GPU: the harness links the kernels with the planted faults compiled in (plumb_backend_cuda_planted);
+// with the production ones every control would launch the production kernel and fail as "passed its check".
+TEST(Registry, PlantedFaultsAreBuiltIn) {
+  EXPECT_TRUE(cuda::planted_faults_built()) << "gpu_op_harness links the production kernels (plumb_cuda_kernels)";
+}
+
 // Needs no GPU: a fault without a control, or a control naming no case, is a hole in the harness.
 TEST(Registry, EveryFaultHasAControlOnARegisteredCase) {
   for (cuda::KernelFault fault : all_faults()) {

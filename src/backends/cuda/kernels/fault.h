@@ -2,6 +2,11 @@
 // could plausibly have; the harness runs every one and fails if any passes its check. Production code launches
 // kNone, and each kernel takes the fault as a template parameter so that the production instantiation is the code
 // that was checked, unchanged by the existence of its faulty twins.
+//
+// The faulty twins are compiled only where PLUMB_PLANTED_FAULTS is 1: the kernels library the op harness links
+// (plumb_cuda_kernels_planted, through plumb_backend_cuda_planted). The library plumb and the benchmarks link
+// (plumb_cuda_kernels) is compiled from the same sources with it 0, so dispatch_fault instantiates kNone alone and no
+// planted kernel is in the binary a user runs (ctest no_planted_faults_in_plumb checks its symbols).
 #pragma once
 
 #include <type_traits>
@@ -64,11 +69,20 @@ enum class KernelFault : int {
 
 // Turns the run-time fault into a kernel's template argument, the one place every kernel family makes that choice:
 // calls launch(std::integral_constant<KernelFault, F>{}) with F = fault when it is one of the planted controls the
-// kernel carries (kPlanted), else with F = kNone.
+// kernel carries (kPlanted) and the planted kernels are compiled in, else with F = kNone.
 template <KernelFault... kPlanted, class Launch>
 void dispatch_fault(KernelFault fault, Launch&& launch) {
+#if PLUMB_PLANTED_FAULTS
   const bool planted = ((fault == kPlanted && (launch(std::integral_constant<KernelFault, kPlanted>{}), true)) || ...);
   if (!planted) launch(std::integral_constant<KernelFault, KernelFault::kNone>{});
+#else
+  static_cast<void>(fault);
+  launch(std::integral_constant<KernelFault, KernelFault::kNone>{});
+#endif
 }
+
+// Whether the kernels library linked in carries the planted faults (plumb_cuda_kernels_planted), so that a control
+// launched with a fault runs the faulty kernel rather than the production one. The op harness checks it first.
+bool planted_faults_built();
 
 }  // namespace plumb::cuda
