@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "backends/cuda/kernels/device_limits.h"
 #include "backends/cuda/kernels/experts.h"
 #include "core/error.h"
 #include "ops/checks.h"
@@ -173,6 +174,8 @@ CudaBackend::CudaBackend(int device_ordinal) : device_(device_ordinal) {
   const std::string problem = cuda_device_problem();
   PLUMB_CHECK(problem.empty(), "--device cuda: no CUDA device is available ({})", problem);
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  const std::string image = cuda::kernel_image_problem();
+  PLUMB_CHECK(image.empty(), "--device cuda: {}", image);
   cuda_check(cudaGetDeviceProperties(&properties_, device_), "cudaGetDeviceProperties");
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   pool_ = std::make_shared<CudaMemoryPool>(device_);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "backends/cuda/kernels/device_limits.h"
 #include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/launch.cuh"
 
@@ -185,13 +186,13 @@ void launch_moe_group_as(const MoeGroupParams& params, cudaStream_t stream) {
     // Allow the kernel all the shared memory the device offers, once per device. A failure, or a device offering
     // too little for this many experts, surfaces at the launch, which the caller checks.
     static std::atomic<uint64_t> devices_done{0};
-    int device = 0, optin = 0;
+    int device = 0;
     cudaGetDevice(&device);
     const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
     if (bit == 0 || (devices_done.load(std::memory_order_relaxed) & bit) == 0) {
       cudaFuncAttributes attributes{};
-      if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-          cudaFuncGetAttributes(&attributes, moe_group_kernel<kFault>) == cudaSuccess &&
+      const int optin = device_limits().smem_per_block_optin;
+      if (optin > 0 && cudaFuncGetAttributes(&attributes, moe_group_kernel<kFault>) == cudaSuccess &&
           cudaFuncSetAttribute(moe_group_kernel<kFault>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                optin - static_cast<int>(attributes.sharedSizeBytes)) == cudaSuccess) {
         devices_done.fetch_or(bit, std::memory_order_relaxed);

@@ -602,11 +602,8 @@ int64_t linear_slot_order_k(int64_t k) {
 
 bool linear_wgmma_runs() {
 #if PLUMB_CUDA_HAS_SM90A
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major == 9 && minor == 0;
+  const DeviceLimits& device = device_limits();
+  return device.major == 9 && device.minor == 0;
 #else
   return false;
 #endif

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backends/cuda/kernels/device_limits.h"
 #include "backends/cuda/kernels/fault.h"
 #include "backends/cuda/kernels/linear.h"
 #include "backends/cuda/kernels/ptx.cuh"
@@ -442,10 +443,7 @@ inline void allow_smem(const void* kernel, int bytes, std::atomic<uint64_t>& dev
 
 // The most shared memory, static and dynamic together, a block may have on the current device.
 inline int block_smem_limit() {
-  int device = 0, bytes = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return bytes;
+  return device_limits().smem_per_block_optin;
 }
 
 // Launches streaming shape S (Stream8 to Stream64, instantiated in linear_stream.cu). vec: 16-byte loads (see

@@ -392,9 +392,7 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 // products spread over the whole GPU while large ones share each activation slab among more warps.
 int stream_warps(const LinearParams& p) {
   if (p.stream_warps > 0) return p.stream_warps;
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = device_limits().multiprocessors;
   const int64_t warp_tiles = static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles * p.k_split;
   int warps = kStreamMaxWarps;
   while (warps > 1 && warp_tiles / warps < sms) warps /= 2;
@@ -450,10 +448,8 @@ int64_t ring_blocks(const LinearParams& p) {
 template <class R>
 bool ring_fits(const LinearParams& p) {
   if (p.tiles == nullptr ? p.rows > R::kRows : p.tile_rows > R::kRows) return false;
-  int device = 0, sms = 0, smem_per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  const DeviceLimits& device = device_limits();
+  const int sms = device.multiprocessors, smem_per_sm = device.smem_per_multiprocessor;
   constexpr int kPerBlockExtra = 2048;  // static shared memory and what the runtime reserves per block
   const int64_t per_sm = smem_per_sm / (R::ring_bytes(ring_rows<R>(p)) + kPerBlockExtra);
   return ring_blocks<R>(p) <= per_sm * sms;

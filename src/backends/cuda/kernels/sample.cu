@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/kernels/device_limits.h"
 #include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/sample.h"
 
@@ -670,9 +671,8 @@ template <KernelFault kFault>
 unsigned sample_cluster_size(int64_t rows) {
   static const SampleClusterLimits limits = [] {
     const auto kernel = sample_tokens_kernel<kFault>;
-    int device = 0, multiprocessors = 0, clusters = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    const int multiprocessors = device_limits().multiprocessors;
+    int clusters = 0;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = 16;
