@@ -2,7 +2,7 @@
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
 #   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [fp8] [serve] [heldout]
-#     [demo] [ab] [profile] [timeline]
+#     [demo] [ab] [profile] [stalls] [timeline]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
 #           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
@@ -39,6 +39,9 @@
 # profile   ncu's time for every kernel of one replayed decode step (35B shapes, batch 1 and 16), summed by kernel
 #           (tools/ncu_summary.py). ncu runs the kernels one at a time with cold caches, so the times here leave
 #           out what a replayed graph overlaps (programmatic launches, the second stream of Backend::concurrently).
+# stalls    ncu (full set, per-instruction stall samples) on one launch of the FP8 decode product, 12288 x 2048 at one
+#           row, production's kernel: its throughput and occupancy lines and the instructions its warps wait on
+#           (tools/ncu_stalls.py); not in the default steps
 # timeline  a CUPTI kernel trace of replayed decode steps (35B shapes, batch 1 and 16; bench/trace/kernel_trace.cpp
 #           preloaded), summed per replay by bench/trace/timeline.py: each kernel's time running and the idle time
 #           before it, which ncu cannot see; $PLUMB_TIMELINE_ARGS adds bench flags (--weights fp8, say)
@@ -279,6 +282,21 @@ if want profile; then
     python3 tools/ncu_summary.py "$out/ncu_step_b$batch.csv" | tee "$out/ncu_step_b$batch.txt" || ok=FAIL
   done
   record profile $ok
+fi
+
+if want stalls; then
+  echo "== ncu on the FP8 decode product's first launch (12288 x 2048, one row, production's kernel and split)"
+  ok=pass
+  # The first launch of the shared-memory ring in linear_bench --weights fp8 is its first shape's T = 1 row.
+  # --kill on ends the bench once the launch is profiled, so its exit status says nothing: the report must exist.
+  timeout 300 ncu --set full --import-source no --kill on -k regex:linear_stream_ring_kernel --launch-count 1 -f \
+    -o "$out/stalls_fp8" "$bin/linear_bench" --weights fp8 "$out/stalls_linear_bench.json" >"$out/stalls.log" 2>&1
+  [ -f "$out/stalls_fp8.ncu-rep" ] || { tail -n 5 "$out/stalls.log"; ok=FAIL; }
+  ncu --import "$out/stalls_fp8.ncu-rep" --page details --csv >"$out/stalls_details.csv" 2>>"$out/stalls.log" || ok=FAIL
+  ncu --import "$out/stalls_fp8.ncu-rep" --page source --csv --print-source sass >"$out/stalls_source.csv" \
+    2>>"$out/stalls.log" || ok=FAIL
+  python3 tools/ncu_stalls.py "$out/stalls_source.csv" --details "$out/stalls_details.csv" --top 30 | tee "$out/stalls.txt" || ok=FAIL
+  record stalls $ok
 fi
 
 if want timeline; then
