@@ -1,4 +1,4 @@
-// Reading one engine request's events to its end, for the engine tests (tests/scheduler, tests/model).
+// Reading one engine request's events to its end, for the engine tests (tests/engine, tests/model).
 #pragma once
 
 #include <chrono>
