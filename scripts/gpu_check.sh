@@ -295,7 +295,8 @@ if want stalls; then
   ncu --import "$out/stalls_fp8.ncu-rep" --page details --csv >"$out/stalls_details.csv" 2>>"$out/stalls.log" || ok=FAIL
   ncu --import "$out/stalls_fp8.ncu-rep" --page source --csv --print-source sass >"$out/stalls_source.csv" \
     2>>"$out/stalls.log" || ok=FAIL
-  python3 tools/ncu_stalls.py "$out/stalls_source.csv" --details "$out/stalls_details.csv" --top 30 | tee "$out/stalls.txt" || ok=FAIL
+  python3 tools/ncu_stalls.py "$out/stalls_source.csv" --details "$out/stalls_details.csv" --top 30 |
+    tee "$out/stalls.txt" || ok=FAIL
   record stalls $ok
 fi
 

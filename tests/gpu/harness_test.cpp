@@ -1,6 +1,7 @@
 // The harness's tests: every registered case must pass, every planted control must be rejected, and every fault of
 // fault.h must have a control. Test names come from the registry alone, so discovery needs no GPU. Without a usable
 // device the GPU tests skip, or fail under PLUMB_REQUIRE_GPU=1.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/kernels/device_limits.h"
 #include "need_gpu.h"
 #include "op_harness.h"
 #include "support/non_finite.h"
@@ -56,6 +58,26 @@ Verdict run_case(const Case& c, std::mt19937_64& rng) {
 TEST(Device, IsUsable) {
   std::printf("[ device   ] %s\n", test::device_problem().empty() ? "usable" : test::device_problem().c_str());
   PLUMB_NEED_GPU();
+}
+
+// The limits the launchers size their grids and shared memory by, read once per device, are the driver's, and the
+// build's kernels run on the device (CudaBackend refuses a device they do not run on with kernel_image_problem's
+// message; that path needs a GPU of another architecture and is not exercised here).
+TEST(Device, LimitsMatchTheDriver) {
+  PLUMB_NEED_GPU();
+  gpu();  // the backend selects its device
+  int device = -1;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaDeviceProp properties{};
+  ASSERT_EQ(cudaGetDeviceProperties(&properties, device), cudaSuccess);
+  const cuda::DeviceLimits& limits = cuda::device_limits();
+  EXPECT_EQ(limits.multiprocessors, properties.multiProcessorCount);
+  EXPECT_EQ(limits.smem_per_multiprocessor, static_cast<int>(properties.sharedMemPerMultiprocessor));
+  EXPECT_EQ(limits.smem_per_block_optin, static_cast<int>(properties.sharedMemPerBlockOptin));
+  EXPECT_EQ(limits.major, properties.major);
+  EXPECT_EQ(limits.minor, properties.minor);
+  EXPECT_EQ(&cuda::device_limits(), &limits) << "read once: the same record on the second call";
+  EXPECT_EQ(cuda::kernel_image_problem(), "");
 }
 
 class Cases : public ::testing::TestWithParam<size_t> {};
