@@ -96,6 +96,8 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   const std::vector<AddedToken> added = parse_added_tokens(j.value("added_tokens", nlohmann::json()));
 
   int64_t size = static_cast<int64_t>(impl->model.tokens().size());
+  // Against the model's vocabulary alone, before the added tokens extend it: checked as it grows, a chain of added
+  // ids each within the bound of the one before would still reach any size.
   for (const AddedToken& t : added) {
     PLUMB_CHECK(t.id < size + static_cast<int64_t>(added.size()) + kMaxUnusedTokenIds,
                 "{}: added token '{}' has id {} but the model's vocabulary ends at {} and there are only {} added "
