@@ -62,7 +62,9 @@ GenerateResult run_generation(const Qwen3NextModel& model, SequenceState state, 
   for (int64_t step = 0; step < options.max_tokens; ++step) {
     const Tensor logits =
         model.backend().download(model.forward(result.state, next_input, LogitsRows::kLast));  // [1, V]
-    const int32_t id = sampler.sample(logits.f32(), vocab, history, static_cast<uint64_t>(step));
+    // The prompt's length, as the engine gives it: presence and frequency penalties count generated tokens only.
+    const int32_t id =
+        sampler.sample(logits.f32(), vocab, history, static_cast<uint64_t>(step), static_cast<int64_t>(prompt.size()));
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end()) {
       result.finish = FinishReason::kStop;
       result.stop_token = id;
