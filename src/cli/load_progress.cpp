@@ -75,7 +75,8 @@ Qwen3NextModel open_model_showing_progress(const std::string& model_dir, Backend
                                            bool quiet) {
   const Clock::time_point start = Clock::now();
   ProgressDisplay display(::isatty(::fileno(stderr)) == 1);
-  LoadOptions options{check_weights, {}};
+  LoadOptions options;
+  options.check_weights = check_weights;
   if (!quiet) options.on_progress = [&display](const LoadProgress& p) { display.update(p); };
   Qwen3NextModel model = open_model(model_dir, backend, options);
   if (!quiet) std::fputs(fmt::format("plumb: load {:.1f} ms\n", seconds_since(start) * 1000.0).c_str(), stderr);

@@ -17,6 +17,17 @@ struct GenerateOptions {
   int64_t max_tokens = 16;
   std::vector<int32_t> stop_ids;  // generation ends when one is drawn; it is not part of the output
   SamplingParams sampling;
+  // Draft tokens per step for speculative decoding (engine/speculative.h), 0 to 8; 0 decodes one token a step. The
+  // tokens are the same either way.
+  int64_t speculative_tokens = 0;
+};
+constexpr int64_t kMaxSpeculativeTokens = 8;
+
+// How speculative decoding went: forward steps that verified drafts, drafts proposed, drafts kept.
+struct SpeculationStats {
+  int64_t steps = 0;
+  int64_t drafted = 0;
+  int64_t accepted = 0;
 };
 
 enum class FinishReason { kLength, kStop };
@@ -26,7 +37,10 @@ struct GenerateResult {
   FinishReason finish = FinishReason::kLength;
   std::optional<int32_t> stop_token;  // the stop token drawn, when finish is kStop
   SequenceState state;                // the sequence's state after its last forward step
+  SpeculationStats speculation;       // all zero without speculative decoding
 };
+
+class Drafter;
 
 // Throws unless `options` are valid (its sampling parameters included) and a prompt of `prompt_tokens` tokens plus
 // options.max_tokens fit `config`'s context. generate() checks this first; a caller may check it before loading the
@@ -40,6 +54,12 @@ GenerateResult generate(const Qwen3NextModel& model, const std::vector<int32_t>&
 // earlier turns): only the rest runs. At least one id of `prompt` must be new.
 GenerateResult continue_generation(const Qwen3NextModel& model, SequenceState state, const std::vector<int32_t>& prompt,
                                    const GenerateOptions& options, const std::function<void(int32_t)>& on_token = {});
+
+// generate() or continue_generation() (state given) with options.speculative_tokens drafted by `drafter` each step;
+// generate() itself drafts with the model's MTP head (MtpDrafter). The tokens are generate()'s without speculation.
+GenerateResult generate_with_drafter(const Qwen3NextModel& model, std::optional<SequenceState> state,
+                                     const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                     Drafter& drafter, const std::function<void(int32_t)>& on_token = {});
 
 // Opens DIR as a model on `backend`; with check_weights, every weight is scanned for NaN and infinity first.
 Qwen3NextModel open_model(const std::string& model_dir, Backend& backend, bool check_weights = false);

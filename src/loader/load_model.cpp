@@ -18,9 +18,10 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 
-// Tensors a text forward pass does not use: the vision tower of the multimodal wrappers and the MTP head.
-bool is_ignored(const std::string& name, const ModelConfig& c) {
-  return starts_with(name, "mtp.") || starts_with(name, "model.visual.") ||
+// Tensors a text forward pass does not use: the vision tower of the multimodal wrappers, and the MTP head unless it
+// is loaded.
+bool is_ignored(const std::string& name, const ModelConfig& c, bool mtp) {
+  return (!mtp && starts_with(name, "mtp.")) || starts_with(name, "model.visual.") ||
          // A tied checkpoint may still carry a copy of the embedding as lm_head; tying means it is not used.
          (c.tie_word_embeddings && name == "lm_head.weight");
 }
@@ -215,9 +216,13 @@ class ProgressCounter {
 LoadedModel load_model(const std::string& model_dir, Backend& backend, const LoadOptions& options) {
   LoadedModel m{load_model_config(model_dir), {}};
   const ModelConfig& c = m.config;
+  PLUMB_CHECK(!options.mtp || c.mtp_layers == 1,
+              "{}/config.json declares {} multi-token-prediction layers (mtp_num_hidden_layers); speculative "
+              "decoding drafts with a head of exactly one",
+              model_dir, c.mtp_layers);
   const CheckpointFiles files = CheckpointFiles::open(model_dir);
-  const std::vector<WeightSlot> table =
-      build_weight_table(c, m.weights, [&](const std::string& name) { return files.contains(name); });
+  const std::vector<WeightSlot> table = build_weight_table(
+      c, m.weights, [&](const std::string& name) { return files.contains(name); }, options.mtp);
 
   ProgressCounter progress(files, table, options.on_progress);
   std::set<std::string> used;
@@ -246,11 +251,17 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend, const Loa
         *slot.targets[1] = backend.upload(permuted.rows(nv, 2 * nv));
         break;
       }
+      case WeightTransform::kColumnHalves: {
+        const int64_t half = slot.shape[1] / 2;
+        *slot.targets[0] = backend.upload(column_range(host, 0, half));
+        *slot.targets[1] = backend.upload(column_range(host, half, 2 * half));
+        break;
+      }
     }
     progress.read(slot);
   }
   for (const std::string& name : files.names()) {
-    if (used.count(name) || is_ignored(name, c)) continue;
+    if (used.count(name) || is_ignored(name, c, options.mtp)) continue;
     PLUMB_FAIL("unexpected tensor '{}' in {}: a {} model with this config.json has no such weight", name,
                files.info(name).file, c.model_type);
   }

@@ -1,7 +1,7 @@
 // Loading a Hugging Face model folder: config.json, then every tensor the weight table names, checked for presence,
-// shape and dtype, converted as the table says (FP8 and NVFP4 dequantized, Qwen3-Next's fused projections permuted), and
-// handed to the backend. Tensors the table does not name are refused, except the multimodal wrapper's vision tower
-// and the multi-token-prediction head, which a text forward pass does not use.
+// shape and dtype, converted as the table says (FP8 and NVFP4 dequantized, Qwen3-Next's fused projections permuted),
+// and handed to the backend. Tensors the table does not name are refused, except the multimodal wrapper's vision tower
+// and the multi-token-prediction head unless LoadOptions::mtp asks for it.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,8 @@ struct LoadOptions {
   // tensor, file and element: a non-finite weight otherwise turns every logit into NaN, and sampling then yields
   // token 0 without a word.
   bool check_weights = false;
+  // Load the multi-token-prediction head (mtp.*) for speculative decoding; without it those tensors are skipped.
+  bool mtp = false;
   std::function<void(const LoadProgress&)> on_progress;  // called after every tensor read, when set
 };
 

@@ -69,6 +69,10 @@ struct ModelConfig {
   int64_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
 
+  // Multi-token prediction: the decoder layers of the checkpoint's MTP head (mtp.*), which drafts tokens for
+  // speculative decoding; 0 when config.json declares none.
+  int64_t mtp_layers = 0;
+
   std::vector<LayerKind> layer_types;  // [num_layers]
   std::vector<MlpKind> mlp_kinds;      // [num_layers]
   std::optional<Fp8Quantization> fp8;

@@ -39,7 +39,8 @@ void stack_rows(Backend& backend, const std::vector<Tensor*>& parts) {
 }
 
 void stack_projections(ModelWeights& weights, Backend& backend) {
-  for (LayerWeights& layer : weights.layers) {
+  for (LayerWeights* layer_ptr : decoder_layers(weights)) {
+    LayerWeights& layer = *layer_ptr;
     if (layer.kind == LayerKind::kGatedDeltaNet) {
       GdnWeights& g = layer.gdn;
       stack_rows(backend, {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a});

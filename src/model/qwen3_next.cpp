@@ -12,9 +12,11 @@ namespace plumb {
 
 namespace {
 
-std::vector<bool> attention_layers(const ModelConfig& c) {
+// The KV pool's layers: the model's, then the MTP head's one attention layer when it is loaded.
+std::vector<bool> attention_layers(const ModelConfig& c, const ModelWeights& w) {
   std::vector<bool> out;
   for (LayerKind kind : c.layer_types) out.push_back(kind == LayerKind::kFullAttention);
+  if (w.mtp) out.push_back(true);
   return out;
 }
 
@@ -24,7 +26,7 @@ Qwen3NextModel::Qwen3NextModel(ModelConfig config, ModelWeights weights, Backend
     : config_(std::move(config)),
       weights_(std::move(weights)),
       backend_(backend),
-      kv_pool_(std::make_shared<KvPagePool>(backend, attention_layers(config_), config_.num_key_value_heads,
+      kv_pool_(std::make_shared<KvPagePool>(backend, attention_layers(config_, weights_), config_.num_key_value_heads,
                                             config_.head_dim)),
       recurrent_pool_(std::make_shared<RecurrentStatePool>(backend, config_)) {
   stack_projections(weights_, backend_);
@@ -55,6 +57,7 @@ SequenceState Qwen3NextModel::fork_sequence(const SequenceState& state) const {
               "fork_sequence: state is for another model");
   SequenceState fork = sequence_in(RecurrentSlot(recurrent_pool_, state.recurrent_slot.id()), state.position);
   fork.position = state.position;
+  fork.draft_position = state.draft_position;
   const std::vector<int32_t>& from = state.kv_pages.ids();
   const std::vector<int32_t>& to = fork.kv_pages.ids();
   for (size_t j = 0; j < from.size() && j < to.size(); ++j) kv_pool_->copy_page(from[j], to[j]);
@@ -70,48 +73,68 @@ SequenceState Qwen3NextModel::share_sequence(const SequenceState& state) const {
               kKvPageSize);
   SequenceState shared = sequence_in(RecurrentSlot(recurrent_pool_, state.recurrent_slot.id()), 0);
   shared.position = state.position;
+  shared.draft_position = std::min(state.draft_position, state.position);
   shared.kv_pages.share(
       std::span<const int32_t>(state.kv_pages.ids()).first(static_cast<size_t>(state.position / kKvPageSize)));
   return shared;
 }
 
 Tensor Qwen3NextModel::forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
-                               GdnAlgorithm gdn_algorithm) const {
-  return forward({SequenceInput{&state, ids}}, rows, gdn_algorithm);
+                               GdnAlgorithm gdn_algorithm, Tensor* hidden) const {
+  return forward({SequenceInput{&state, ids}}, rows, gdn_algorithm, hidden);
 }
 
-Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
-                               GdnAlgorithm gdn_algorithm) const {
+struct Qwen3NextModel::BatchPlan {
+  BatchRows layout;  // each sequence's rows of the token-major tensors
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  // Each sequence's cache: its page table, the same in every attention layer, and the layer's pools (set per layer).
+  std::vector<KvCache> caches;
+  std::vector<KvCache*> cache_ptrs;
+};
+
+Qwen3NextModel::BatchPlan Qwen3NextModel::plan_batch(const std::vector<SequenceState*>& states,
+                                                     const std::vector<int64_t>& starts,
+                                                     const std::vector<const std::vector<int32_t>*>& ids) const {
+  BatchPlan plan;
+  for (size_t s = 0; s < states.size(); ++s) {
+    PLUMB_CHECK(states[s] && !ids[s]->empty(), "forward: a sequence with no tokens");
+    SequenceState& state = *states[s];
+    PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == config_.num_layers && state.kv_pages.pool() == kv_pool_,
+                "forward: state is for another model");
+    const int64_t count = static_cast<int64_t>(ids[s]->size());
+    state.kv_pages.cover(starts[s] + count);  // may grow the pool: before any layer takes its pool tensors
+    plan.layout.push_back({static_cast<int64_t>(plan.ids.size()), count, starts[s]});
+    plan.ids.insert(plan.ids.end(), ids[s]->begin(), ids[s]->end());
+    for (int64_t t = 0; t < count; ++t) plan.positions.push_back(starts[s] + t);
+  }
+  plan.caches.resize(states.size());
+  for (size_t s = 0; s < states.size(); ++s) {
+    plan.caches[s].pages = states[s]->kv_pages.ids();
+    plan.cache_ptrs.push_back(&plan.caches[s]);
+  }
+  return plan;
+}
+
+Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRows rows, GdnAlgorithm gdn_algorithm,
+                               Tensor* hidden_out) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   PLUMB_CHECK(!batch.empty(), "forward: no sequences");
-  BatchRows layout;  // each sequence's rows of the token-major tensors below
-  std::vector<int32_t> ids;
-  std::vector<int64_t> positions;
-  bool one_token_each = true;
+  std::vector<SequenceState*> states;
+  std::vector<int64_t> starts;
+  std::vector<const std::vector<int32_t>*> new_ids;
   for (const SequenceInput& in : batch) {
-    PLUMB_CHECK(in.state && !in.ids.empty(), "forward: a sequence with no tokens");
-    SequenceState& state = *in.state;
-    PLUMB_CHECK(static_cast<int64_t>(state.layers.size()) == c.num_layers && state.kv_pages.pool() == kv_pool_,
-                "forward: state is for another model");
-    const int64_t count = static_cast<int64_t>(in.ids.size());
-    state.kv_pages.cover(state.position + count);  // may grow the pool: before any layer takes its pool tensors
-    layout.push_back({static_cast<int64_t>(ids.size()), count, state.position});
-    ids.insert(ids.end(), in.ids.begin(), in.ids.end());
-    for (int64_t t = 0; t < count; ++t) positions.push_back(state.position + t);
-    one_token_each = one_token_each && count == 1;
+    PLUMB_CHECK(in.state, "forward: a sequence with no state");
+    states.push_back(in.state);
+    starts.push_back(in.state->position);
+    new_ids.push_back(&in.ids);
   }
-  const int64_t T = static_cast<int64_t>(ids.size());
-  // Each sequence's cache: its page table, the same in every attention layer, and the layer's pools (set below).
-  std::vector<KvCache> caches(batch.size());
-  std::vector<KvCache*> cache_ptrs;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    caches[s].pages = batch[s].state->kv_pages.ids();
-    cache_ptrs.push_back(&caches[s]);
-  }
+  BatchPlan plan = plan_batch(states, starts, new_ids);
+  const int64_t T = static_cast<int64_t>(plan.ids.size());
 
   Tensor hidden = backend_.empty(DType::kF32, {T, H});  // [T, H] the residual stream
-  backend_.embedding(weights_.embed_tokens, ids, hidden);
+  backend_.embedding(weights_.embed_tokens, plan.ids, hidden);
   Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H] the next sub-layer's normalized input
   Tensor mixed = backend_.empty(DType::kF32, {T, H});   // [T, H] a sub-layer's output
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -127,39 +150,108 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
         conv_states.push_back(&in.state->layers[i].conv_state);
         recurrent_states.push_back(&in.state->layers[i].recurrent_state);
       }
-      gated_deltanet(w.gdn, conv_states, recurrent_states, layout, normed, mixed, gdn_algorithm);
+      gated_deltanet(w.gdn, conv_states, recurrent_states, plan.layout, normed, mixed, gdn_algorithm);
     } else {
-      for (KvCache& cache : caches) {
-        cache.k = kv_pool_->k(static_cast<size_t>(i));
-        cache.v = kv_pool_->v(static_cast<size_t>(i));
-      }
-      full_attention(w.attn, cache_ptrs, layout, positions, normed, mixed);
+      attention_layer(w, static_cast<size_t>(i), plan, normed, mixed);
     }
-    // out = h + MLP(RMSNorm_post(h))
-    backend_.add_rms_norm(hidden, mixed, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
-    std::optional<GatedBranch> shared;
-    if (w.mlp_kind == MlpKind::kMoe)
-      shared = mixture_of_experts(w.moe, normed, mixed);
-    else
-      dense_mlp(w.mlp, normed, mixed);
-    residual_step(hidden, mixed, shared, i + 1 < c.num_layers ? &weights_.layers[i + 1].input_norm : nullptr, normed);
+    mlp_layer(w, hidden, i + 1 < c.num_layers ? &weights_.layers[i + 1].input_norm : nullptr, normed, mixed);
   }
   for (const SequenceInput& in : batch) in.state->position += static_cast<int64_t>(in.ids.size());
+  return logits_of(hidden, plan.layout, rows, weights_.final_norm, hidden_out, nullptr);
+}
 
-  Tensor last = hidden;  // [T or sequences, H]: the rows whose logits are wanted
-  if (rows == LogitsRows::kLast && !one_token_each) {
-    last = backend_.empty(DType::kF32, {static_cast<int64_t>(batch.size()), H});
+Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor& last_hidden) const {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  PLUMB_CHECK(weights_.mtp.has_value(), "draft: the model was loaded without its multi-token-prediction head");
+  PLUMB_CHECK(!batch.empty(), "draft: no sequences");
+  const MtpWeights& m = *weights_.mtp;
+  std::vector<SequenceState*> states;
+  std::vector<int64_t> starts;
+  std::vector<const std::vector<int32_t>*> new_ids;
+  for (const DraftInput& in : batch) {
+    PLUMB_CHECK(in.state && in.position >= 0, "draft: a sequence with no state or a negative position");
+    states.push_back(in.state);
+    starts.push_back(in.position);
+    new_ids.push_back(&in.ids);
+  }
+  BatchPlan plan = plan_batch(states, starts, new_ids);
+  const int64_t T = static_cast<int64_t>(plan.ids.size());
+  PLUMB_CHECK(hidden.rank() == 2 && hidden.dim(0) == T && hidden.dim(1) == H,
+              "draft: hidden states {} for {} rows of width {}", shape_str(hidden.shape()), T, H);
+
+  // x = fc([RMSNorm(embed(ids)) | RMSNorm(hidden)]), fc's two column halves as two products added.
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  Tensor embedded = backend_.empty(DType::kF32, {T, H});  // [T, H]
+  backend_.embedding(weights_.embed_tokens, plan.ids, embedded);
+  Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H] a normalized input
+  Tensor x = backend_.empty(DType::kF32, {T, H});       // [T, H] the head's residual stream
+  Tensor mixed = backend_.empty(DType::kF32, {T, H});   // [T, H] a product or sub-layer output
+  backend_.rms_norm(embedded, m.pre_fc_norm_embedding, eps, NormWeight::kZeroCentred, normed);
+  backend_.linear(normed, m.fc_embedding, x);
+  backend_.rms_norm(hidden, m.pre_fc_norm_hidden, eps, NormWeight::kZeroCentred, normed);
+  backend_.linear(normed, m.fc_hidden, mixed);
+  backend_.add(x, mixed);
+
+  backend_.rms_norm(x, m.layer.input_norm, eps, NormWeight::kZeroCentred, normed);
+  attention_layer(m.layer, static_cast<size_t>(c.num_layers), plan, normed, mixed);
+  mlp_layer(m.layer, x, nullptr, normed, mixed);
+  return logits_of(x, plan.layout, LogitsRows::kLast, m.norm, nullptr, &last_hidden);
+}
+
+Tensor Qwen3NextModel::logits_of(const Tensor& hidden, const BatchRows& layout, LogitsRows rows, const Tensor& norm,
+                                 Tensor* normed_all, Tensor* normed_rows) const {
+  const int64_t H = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  // The norm is per row, so norming every row and then picking some gives the bits of picking them first.
+  Tensor source = hidden;  // [T, H]: the rows to pick from, normed when every row's normed state is wanted
+  if (normed_all) {
+    *normed_all = backend_.empty(DType::kF32, hidden.shape());
+    backend_.rms_norm(hidden, norm, eps, NormWeight::kZeroCentred, *normed_all);
+    source = *normed_all;
+  }
+  const bool one_row_each =
+      std::all_of(layout.begin(), layout.end(), [](const SequenceRows& r) { return r.count == 1; });
+  Tensor picked = source;  // [T or sequences, H]: the rows whose logits are wanted
+  if (rows == LogitsRows::kLast && !one_row_each) {
+    picked = backend_.empty(DType::kF32, {static_cast<int64_t>(layout.size()), H});
     for (size_t s = 0; s < layout.size(); ++s) {
       const int64_t row = layout[s].begin + layout[s].count - 1;
-      Tensor dst = last.rows(static_cast<int64_t>(s), static_cast<int64_t>(s) + 1);
-      backend_.copy(hidden.rows(row, row + 1), dst);
+      Tensor dst = picked.rows(static_cast<int64_t>(s), static_cast<int64_t>(s) + 1);
+      backend_.copy(source.rows(row, row + 1), dst);
     }
   }
-  Tensor final_normed = backend_.empty(DType::kF32, last.shape());  // [T or sequences, H]
-  backend_.rms_norm(last, weights_.final_norm, eps, NormWeight::kZeroCentred, final_normed);
-  Tensor logits = backend_.empty(DType::kF32, {last.dim(0), c.vocab_size});  // [T or sequences, V]
-  backend_.linear(final_normed, weights_.lm_head, logits);
+  Tensor normed = picked;  // [T or sequences, H]
+  if (!normed_all) {
+    normed = backend_.empty(DType::kF32, picked.shape());
+    backend_.rms_norm(picked, norm, eps, NormWeight::kZeroCentred, normed);
+  }
+  if (normed_rows) *normed_rows = normed;
+  Tensor logits = backend_.empty(DType::kF32, {normed.dim(0), config_.vocab_size});  // [T or sequences, V]
+  backend_.linear(normed, weights_.lm_head, logits);
   return logits;
+}
+
+void Qwen3NextModel::attention_layer(const LayerWeights& w, size_t pool_layer, BatchPlan& plan, const Tensor& normed,
+                                     Tensor& mixed) const {
+  for (KvCache& cache : plan.caches) {
+    cache.k = kv_pool_->k(pool_layer);
+    cache.v = kv_pool_->v(pool_layer);
+  }
+  full_attention(w.attn, plan.cache_ptrs, plan.layout, plan.positions, normed, mixed);
+}
+
+void Qwen3NextModel::mlp_layer(const LayerWeights& w, Tensor& hidden, const Tensor* next_norm, Tensor& normed,
+                               Tensor& mixed) const {
+  // out = h + MLP(RMSNorm_post(h))
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  backend_.add_rms_norm(hidden, mixed, w.post_attn_norm, eps, NormWeight::kZeroCentred, normed);
+  std::optional<GatedBranch> shared;
+  if (w.mlp_kind == MlpKind::kMoe)
+    shared = mixture_of_experts(w.moe, normed, mixed);
+  else
+    dense_mlp(w.mlp, normed, mixed);
+  residual_step(hidden, mixed, shared, next_norm, normed);
 }
 
 void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,

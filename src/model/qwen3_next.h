@@ -27,7 +27,8 @@ struct LayerState {
 // pages kv_pages lists (one table for every attention layer); both return to their pools when the state is destroyed
 // or replaced.
 struct SequenceState {
-  int64_t position = 0;  // tokens already processed
+  int64_t position = 0;        // tokens already processed
+  int64_t draft_position = 0;  // the MTP head's cache holds positions [0, draft_position) (speculative decoding)
   RecurrentSlot recurrent_slot;
   KvPages kv_pages;
   std::vector<LayerState> layers;  // [layers]: views of recurrent_slot's state
@@ -50,6 +51,14 @@ struct RoutingTrace {
 // One sequence's part of a batched forward call: its state and its new tokens.
 struct SequenceInput {
   SequenceState* state = nullptr;
+  std::vector<int32_t> ids;
+};
+
+// One sequence's part of a batched call of the multi-token-prediction head: row t, at position `position` + t, takes
+// ids[t], the token at position `position` + t + 1, beside the hidden state of position `position` + t.
+struct DraftInput {
+  SequenceState* state = nullptr;
+  int64_t position = 0;
   std::vector<int32_t> ids;
 };
 
@@ -85,16 +94,42 @@ class Qwen3NextModel {
   // weight for the whole batch) and advances each state. Returns logits in the backend's memory: kAll [Σ T, V],
   // sequence after sequence; kLast [sequences, V], each sequence's last token. The sequences' tokens take
   // `gdn_algorithm` for the delta rule (the chunk rule of gdn_pieces). A sequence's logits and state are
-  // bit-identical whatever else shares its batch and wherever its calls end at multiples of kGdnChunkSize.
+  // bit-identical whatever else shares its batch and wherever its calls end at multiples of kGdnChunkSize. With
+  // kRecurrent, T tokens in one call are bit-identical to T calls of one token each. When `hidden` is given, it
+  // receives every new token's final hidden state (after the final norm), [Σ T, H]: what the MTP head drafts from.
   Tensor forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
-                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
+                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr) const;
   // The batch of one.
   Tensor forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
-                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked) const;
+                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr) const;
+
+  // Whether the multi-token-prediction head was loaded (LoadOptions::mtp).
+  bool has_mtp() const { return weights_.mtp.has_value(); }
+  // The MTP head (qwen3-next-spec.md section 7) over each sequence's rows: from row t's token and hidden state
+  // (hidden [Σ T, H], the main model's final hidden states or a previous draft's), its one decoder layer writes its
+  // keys and values at positions [position, position + T) of the sequence's KV pages (the head's own layer of the
+  // pool) and attends to [0, position + t]. Returns the logits of each sequence's last row, [sequences, V], which
+  // predict the token at position + T + 1, and writes that row's normed state to `last_hidden` [sequences, H], the
+  // hidden state of the next draft step. Sequence states' positions do not move.
+  Tensor draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor& last_hidden) const;
 
  private:
   // A sequence at position 0 holding `slot`, with pages for `reserve_tokens`.
   SequenceState sequence_in(RecurrentSlot slot, int64_t reserve_tokens) const;
+  // The row layout, ids, positions and page tables of a batch whose sequence s starts at starts[s]; each sequence's
+  // pages are made to cover its new positions.
+  struct BatchPlan;
+  BatchPlan plan_batch(const std::vector<SequenceState*>& states, const std::vector<int64_t>& starts,
+                       const std::vector<const std::vector<int32_t>*>& ids) const;
+  // The decoder layer's attention half for its KV pool layer `pool_layer`: its mixer output into `mixed`.
+  void attention_layer(const LayerWeights& w, size_t pool_layer, BatchPlan& plan, const Tensor& normed,
+                       Tensor& mixed) const;
+  // The MLP half of a decoder layer: hidden ← hidden + MLP(normed), then `next_norm`'s RMSNorm into normed.
+  void mlp_layer(const LayerWeights& w, Tensor& hidden, const Tensor* next_norm, Tensor& normed, Tensor& mixed) const;
+  // The logits of `rows` of hidden [T, H] after `norm`, [T or sequences, V]. With `normed_all`, every row's normed
+  // state goes there ([T, H]); with `normed_rows`, those of the rows whose logits were taken.
+  Tensor logits_of(const Tensor& hidden, const BatchRows& layout, LogitsRows rows, const Tensor& norm,
+                   Tensor* normed_all, Tensor* normed_rows) const;
 
   void gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
                       const std::vector<Tensor*>& recurrent_states, const BatchRows& layout, const Tensor& x,

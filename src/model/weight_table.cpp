@@ -105,10 +105,26 @@ void add_moe(TableBuilder& b, const ModelConfig& c, const std::string& p, MoeWei
   }
 }
 
+void add_decoder_layer(TableBuilder& b, const ModelConfig& c, const std::string& lp, LayerKind kind, MlpKind mlp_kind,
+                       LayerWeights& layer, const std::function<bool(const std::string&)>& contains) {
+  layer.kind = kind;
+  layer.mlp_kind = mlp_kind;
+  b.vector(lp + "input_layernorm.weight", c.hidden_size, &layer.input_norm);
+  b.vector(lp + "post_attention_layernorm.weight", c.hidden_size, &layer.post_attn_norm);
+  if (kind == LayerKind::kGatedDeltaNet)
+    add_gdn(b, c, lp + "linear_attn.", layer.gdn);
+  else
+    add_attention(b, c, lp + "self_attn.", layer.attn);
+  if (mlp_kind == MlpKind::kMoe)
+    add_moe(b, c, lp + "mlp.", layer.moe, contains);
+  else
+    b.mlp(lp + "mlp.", c.intermediate_size, layer.mlp);
+}
+
 }  // namespace
 
 std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w,
-                                           const std::function<bool(const std::string&)>& contains) {
+                                           const std::function<bool(const std::string&)>& contains, bool mtp) {
   std::vector<WeightSlot> slots;
   TableBuilder b(c, slots);
   const std::string& p = c.tensor_prefix;
@@ -116,21 +132,23 @@ std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w
   b.vector(p + "norm.weight", c.hidden_size, &w.final_norm);
   if (!c.tie_word_embeddings) b.add("lm_head.weight", {c.vocab_size, c.hidden_size}, &w.lm_head);
   w.layers.assign(c.num_layers, LayerWeights{});
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    LayerWeights& layer = w.layers[i];
-    layer.kind = c.layer_types[i];
-    layer.mlp_kind = c.mlp_kinds[i];
-    const std::string lp = p + "layers." + std::to_string(i) + ".";
-    b.vector(lp + "input_layernorm.weight", c.hidden_size, &layer.input_norm);
-    b.vector(lp + "post_attention_layernorm.weight", c.hidden_size, &layer.post_attn_norm);
-    if (layer.kind == LayerKind::kGatedDeltaNet)
-      add_gdn(b, c, lp + "linear_attn.", layer.gdn);
-    else
-      add_attention(b, c, lp + "self_attn.", layer.attn);
-    if (layer.mlp_kind == MlpKind::kMoe)
-      add_moe(b, c, lp + "mlp.", layer.moe, contains);
-    else
-      b.mlp(lp + "mlp.", c.intermediate_size, layer.mlp);
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    add_decoder_layer(b, c, p + "layers." + std::to_string(i) + ".", c.layer_types[i], c.mlp_kinds[i], w.layers[i],
+                      contains);
+  if (mtp) {
+    PLUMB_CHECK(c.mtp_layers == 1, "the weight table lists an MTP head of one layer, and the config declares {}",
+                c.mtp_layers);
+    MtpWeights& m = w.mtp.emplace();
+    const int64_t H = c.hidden_size;
+    b.vector("mtp.pre_fc_norm_embedding.weight", H, &m.pre_fc_norm_embedding);
+    b.vector("mtp.pre_fc_norm_hidden.weight", H, &m.pre_fc_norm_hidden);
+    b.add("mtp.fc.weight", {H, 2 * H}, &m.fc_embedding, WeightRole::kProjection, WeightTransform::kColumnHalves,
+          &m.fc_hidden);
+    // The head's one layer attends like the main model's full-attention layers; its MLP is a mixture of experts in
+    // the MoE families and dense in dense Qwen3.5, as the main model's layers are.
+    const MlpKind mlp = c.num_experts > 0 && c.family != ModelFamily::kQwen35Dense ? MlpKind::kMoe : MlpKind::kDense;
+    add_decoder_layer(b, c, "mtp.layers.0.", LayerKind::kFullAttention, mlp, m.layer, contains);
+    b.vector("mtp.norm.weight", H, &m.norm);
   }
   return slots;
 }
@@ -138,7 +156,8 @@ std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w
 void finish_weights(const ModelConfig& c, ModelWeights& w, Backend& backend) {
   if (c.tie_word_embeddings) w.lm_head = w.embed_tokens;
   const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
-  for (LayerWeights& layer : w.layers) {
+  for (LayerWeights* layer_ptr : decoder_layers(w)) {
+    LayerWeights& layer = *layer_ptr;
     MoeWeights& moe = layer.moe;
     if (layer.mlp_kind != MlpKind::kMoe) continue;
     if (moe.storage.size() == 2) {
@@ -159,6 +178,26 @@ void finish_weights(const ModelConfig& c, ModelWeights& w, Backend& backend) {
     }
     moe.storage.clear();
   }
+}
+
+Tensor column_range(const Tensor& from, int64_t begin, int64_t end) {
+  PLUMB_CHECK(from.shape().size() == 2 && 0 <= begin && begin <= end && end <= from.dim(1),
+              "column_range: columns [{}, {}) of a tensor of shape {}", begin, end, shape_str(from.shape()));
+  const int64_t rows = from.dim(0), cols = from.dim(1);
+  const size_t element = dtype_size(from.dtype());
+  Tensor out = Tensor::zeros(from.dtype(), {rows, end - begin});
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(out.data()) + static_cast<size_t>(r * (end - begin)) * element,
+                static_cast<const char*>(from.data()) + static_cast<size_t>(r * cols + begin) * element,
+                static_cast<size_t>(end - begin) * element);
+  if (const Tensor* scales = from.block_scales()) {
+    // [N, ceil(K / kWeightScaleBlockK)]: one per row and K-slice, so the range must not cut a slice.
+    const int64_t slice = kWeightScaleBlockK;
+    PLUMB_CHECK(begin % slice == 0 && (end % slice == 0 || end == cols),
+                "column_range: columns [{}, {}) cut an FP8 weight's {}-column scale slices", begin, end, slice);
+    out = out.with_block_scales(column_range(*scales, begin / slice, (end + slice - 1) / slice));
+  }
+  return out;
 }
 
 Tensor permute_qwen3_next_qkvz(const Tensor& from, const ModelConfig& c) {

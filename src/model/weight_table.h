@@ -23,6 +23,7 @@ enum class WeightTransform {
   kConvKernel,     // [C, 1, K] → [C, K]
   kQwen3NextQkvz,  // group-interleaved in_proj_qkvz → rows [q | k | v] and [z]: targets {qkv, z}
   kQwen3NextBa,    // group-interleaved in_proj_ba → rows [b] and [a]: targets {b, a}
+  kColumnHalves,   // [N, 2K] → columns [0, K) and [K, 2K): targets {first, second}
 };
 
 struct WeightSlot {
@@ -35,13 +36,18 @@ struct WeightSlot {
 
 // Every tensor a checkpoint of this config must hold. `contains` tells whether the checkpoint has a name; it
 // decides each MoE layer's expert layout (fused 3-D gate_up_proj / down_proj, or per expert).
-// Fills weights.layers' kinds and reserves the slots the table points into; call finish_expert_views afterwards.
+// Fills weights.layers' kinds and reserves the slots the table points into; call finish_weights afterwards. With
+// `mtp`, the table also lists the multi-token-prediction head (mtp.*, config.mtp_layers of 1) into weights.mtp.
 std::vector<WeightSlot> build_weight_table(const ModelConfig& config, ModelWeights& weights,
-                                           const std::function<bool(const std::string&)>& contains);
+                                           const std::function<bool(const std::string&)>& contains, bool mtp = false);
 
 // Once the table's targets are loaded: stacks each MoE layer's experts (taking the fused 3-D tensors as they are, or
 // copying per-expert tensors into stacked ones on the backend) and points lm_head at the embedding when tied.
 void finish_weights(const ModelConfig& config, ModelWeights& weights, Backend& backend);
+
+// Columns [begin, end) of a 2-D host tensor of any dtype; an FP8 weight's block scales go with them (begin and end
+// on block boundaries).
+Tensor column_range(const Tensor& from, int64_t begin, int64_t end);
 
 // Qwen3-Next's in_proj_qkvz rows regrouped from per-key-head groups [q_g | k_g | v_g… | z_g…] to
 // [all q | all k | all v | all z]; `from` and the result are [2·nk·dk + 2·nv·dv, H] host tensors of any dtype.

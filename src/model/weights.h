@@ -4,6 +4,7 @@
 // K conv kernel width, nq/nkv query/KV heads with head dim d, E experts, I expert width, Is shared-expert width.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -63,11 +64,33 @@ struct LayerWeights {
   MoeWeights moe;         // when mlp_kind is kMoe
 };
 
+// The multi-token-prediction head (mtp.*): from the main model's final hidden state h_t and the embedding of the next
+// token x_{t+1}, one full-attention decoder layer drafts x_{t+2}. Its checkpoint fc [H, 2H] takes the normed
+// embedding in columns [0, H) and the normed hidden state in [H, 2H); it is split at load into the two halves, whose
+// products are added. It shares the main model's embedding and lm_head.
+struct MtpWeights {
+  Tensor pre_fc_norm_embedding;  // [H] F32, zero-centred
+  Tensor pre_fc_norm_hidden;     // [H] F32, zero-centred
+  Tensor fc_embedding;           // [H, H]: fc's columns [0, H)
+  Tensor fc_hidden;              // [H, H]: fc's columns [H, 2H)
+  LayerWeights layer;            // full attention, then the MLP kind of the main model's layers
+  Tensor norm;                   // [H] F32, zero-centred
+};
+
 struct ModelWeights {
   Tensor embed_tokens;  // [V, H]
   std::vector<LayerWeights> layers;
-  Tensor final_norm;  // [H] F32, zero-centred
-  Tensor lm_head;     // [V, H]; the embedding itself when tied
+  Tensor final_norm;              // [H] F32, zero-centred
+  Tensor lm_head;                 // [V, H]; the embedding itself when tied
+  std::optional<MtpWeights> mtp;  // when loaded for speculative decoding
 };
+
+// Every decoder layer's weights: the model's, then the MTP head's when it is loaded.
+inline std::vector<LayerWeights*> decoder_layers(ModelWeights& w) {
+  std::vector<LayerWeights*> out;
+  for (LayerWeights& layer : w.layers) out.push_back(&layer);
+  if (w.mtp) out.push_back(&w.mtp->layer);
+  return out;
+}
 
 }  // namespace plumb

@@ -15,17 +15,6 @@
 namespace plumb {
 namespace {
 
-// Model folders with references made by transformers, relative to the repository root; a missing one fails its
-// tests. The fixtures come from tools/make_fixtures.py, the default model from tools/train_demo_model.py.
-const char* const kFixtures[] = {
-    "tests/fixtures/models/qwen3_next_moe",         "tests/fixtures/models/qwen3_next_tied",
-    "tests/fixtures/models/qwen3_5_dense",          "tests/fixtures/models/qwen3_5_moe",
-    "tests/fixtures/models/qwen3_next_moe_sharded", "tests/fixtures/models/qwen3_5_moe_other_layout",
-    "tests/fixtures/models/qwen3_5_moe_wrapped",    "tests/fixtures/models/qwen3_next_bf16",
-    "tests/fixtures/models/qwen3_next_fp16",        "tests/fixtures/models/qwen3_next_fp8",
-    "tests/fixtures/models/qwen3_next_chat",        "models/default",
-};
-
 // The CPU path accumulates in FP32 like the FP32 reference; 1e-4 absolute on logits is the bound.
 constexpr float kLogitTolerance = 1e-4f;
 
@@ -119,7 +108,7 @@ TEST_P(Fixture, SplitPrefillAndDecodeMatchOnePrefill) {
   EXPECT_EQ(state.position, T);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Fixture, ::testing::ValuesIn(kFixtures), test::FolderName());
+INSTANTIATE_TEST_SUITE_P(Models, Fixture, ::testing::ValuesIn(test::kReferenceModels), test::FolderName());
 
 }  // namespace
 }  // namespace plumb

@@ -32,7 +32,8 @@ nlohmann::json small_qwen3_next_config() {
 std::vector<NamedTensor> synthetic_tensors(const nlohmann::json& config, uint64_t seed, DType dtype) {
   const ModelConfig c = parse_model_config(config.dump(), "synthetic config.json");
   ModelWeights unused;
-  const std::vector<WeightSlot> table = build_weight_table(c, unused, [](const std::string&) { return false; });
+  const std::vector<WeightSlot> table = build_weight_table(
+      c, unused, [](const std::string&) { return false; }, c.mtp_layers > 0);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> dist(0.0f, 0.3f);
   std::vector<NamedTensor> tensors;

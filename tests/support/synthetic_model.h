@@ -15,7 +15,8 @@ namespace plumb::test {
 // A small qwen3_next config.json (2 GDN + 1 attention layer, MoE with a shared expert).
 nlohmann::json small_qwen3_next_config();
 
-// Every tensor of the model `config` describes (per-expert layout), random, stored as `dtype`.
+// Every tensor of the model `config` describes (per-expert layout; the MTP head's too when the config declares one),
+// random, stored as `dtype`.
 std::vector<NamedTensor> synthetic_tensors(const nlohmann::json& config, uint64_t seed, DType dtype = DType::kF32);
 
 // Writes dir/config.json and dir/model.safetensors.

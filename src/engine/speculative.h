@@ -1,0 +1,47 @@
+// Speculative decoding of one sequence: a drafter proposes the next k tokens, the main model runs the last chosen
+// token and the k drafts in one forward call, and the sampler draws each of the k + 1 positions exactly as plain
+// decoding would (same logits, history and step number). A draft is kept while it equals the token drawn at its
+// position; the first that differs ends the step, and the drawn token takes its place. The output is therefore the
+// plain decode's, bit for bit, greedy or sampled: speculation changes how many forward calls it takes, never a token.
+//
+// Bit-identity rests on the verify call's arithmetic being decode's: its tokens take the recurrent delta rule
+// (GdnAlgorithm::kRecurrent), under which T tokens in one call equal T calls of one token, and every other op treats
+// rows alone. When fewer than all k + 1 tokens are kept, the sequence's recurrent state is restored from a snapshot
+// taken before the call (a copy by index in the state pool) and the kept tokens are run again, which rewrites their
+// keys and values with the same bits; the positions past them are dropped by moving the sequence's position back.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/qwen3_next.h"
+
+namespace plumb {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // The main model has just run positions [from, state.position) of `state`: hidden [state.position - from, H] holds
+  // their final hidden states, and next_ids the tokens at positions from + 1 .. state.position (the last one drawn
+  // from the last position's logits and not yet run). Returns at most `count` tokens proposed for positions
+  // state.position + 1 onwards (count may be 0: the drafter still sees the tokens run).
+  virtual std::vector<int32_t> propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
+                                       const Tensor& hidden, int64_t count) = 0;
+};
+
+// Drafts with the model's multi-token-prediction head, greedily (the head's argmax, ties to the lowest id). The head's
+// own cache must hold every position before `from`: it does for a sequence that ran all its tokens through this
+// drafter (SequenceState::draft_position). A sequence that did not, such as one continued from a plain run, gets no
+// drafts and decodes one token a step.
+class MtpDrafter : public Drafter {
+ public:
+  explicit MtpDrafter(const Qwen3NextModel& model);
+  std::vector<int32_t> propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
+                               const Tensor& hidden, int64_t count) override;
+
+ private:
+  const Qwen3NextModel& model_;
+};
+
+}  // namespace plumb

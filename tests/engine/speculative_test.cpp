@@ -1,0 +1,271 @@
+// Speculative decoding on the CPU: whatever the drafts, the tokens and the final state are plain decoding's, bit for
+// bit, greedy and sampled, on every fixture and the demo model; and the multi-token-prediction head loads from
+// checkpoint names, takes its inputs in the published order, and drafts the same bits in one call or row by row.
+#include "engine/speculative.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "engine/generate.h"
+#include "model/state_hash.h"
+#include "model/weight_table.h"
+#include "support/fixtures.h"
+#include "support/refusals.h"
+#include "support/speculation_check.h"
+#include "support/synthetic_model.h"
+#include "support/tensors.h"
+
+namespace plumb {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<int32_t> random_prompt(uint64_t seed, int64_t count, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (int32_t& id : ids) id = dist(rng);
+  return ids;
+}
+
+class SpeculativeDecoding : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { model_.emplace(open_model(test::source_dir() + "/" + GetParam(), backend_)); }
+  void expect_speculation_is_invisible(const GenerateOptions& plain, const std::vector<int32_t>& prompt) {
+    for (const std::string& m : test::speculation_mismatches(*model_, plain, prompt)) ADD_FAILURE() << m;
+  }
+
+  CpuBackend backend_;
+  std::optional<Qwen3NextModel> model_;
+};
+
+TEST_P(SpeculativeDecoding, GreedyTokensAndStateAreDecodings) {
+  GenerateOptions options;
+  options.max_tokens = 20;
+  expect_speculation_is_invisible(options, random_prompt(11, 7, model_->config().vocab_size));
+}
+
+TEST_P(SpeculativeDecoding, SampledTokensAndStateAreDecodings) {
+  GenerateOptions options;
+  options.max_tokens = 20;
+  options.sampling.temperature = 0.9f;
+  options.sampling.top_p = 0.95f;
+  options.sampling.presence_penalty = 0.5f;
+  options.sampling.seed = 7;
+  expect_speculation_is_invisible(options, random_prompt(12, 9, model_->config().vocab_size));
+}
+
+TEST_P(SpeculativeDecoding, AStopTokenInsideAStepEndsItWhereDecodingEnds) {
+  const std::vector<int32_t> prompt = random_prompt(13, 5, model_->config().vocab_size);
+  GenerateOptions options;
+  options.max_tokens = 20;
+  const std::vector<int32_t> tokens = generate(*model_, prompt, options).tokens;
+  // The first token whose first appearance comes after a few others: generation stops there.
+  for (size_t i = 3; i < tokens.size(); ++i) {
+    if (std::find(tokens.begin(), tokens.begin() + static_cast<int64_t>(i), tokens[i]) !=
+        tokens.begin() + static_cast<int64_t>(i))
+      continue;
+    options.stop_ids = {tokens[i]};
+    expect_speculation_is_invisible(options, prompt);
+    return;
+  }
+  GTEST_SKIP() << GetParam() << ": its greedy continuation repeats a few tokens only";
+}
+
+// Every fixture model and the demo model.
+INSTANTIATE_TEST_SUITE_P(Models, SpeculativeDecoding, ::testing::ValuesIn(test::kReferenceModels), test::FolderName());
+
+// Model folders with an MTP head (random weights) for the head's own tests.
+class MtpHead : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::scratch_dir(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A small Qwen3-Next (MoE with a shared expert) or dense Qwen3.5 config with one MTP layer.
+  static nlohmann::json config_with_head(bool dense) {
+    nlohmann::json config = test::small_qwen3_next_config();
+    config["mtp_num_hidden_layers"] = 1;
+    config["max_position_embeddings"] = 256;
+    if (dense) config["model_type"] = "qwen3_5_text";
+    return config;
+  }
+  Qwen3NextModel open(const nlohmann::json& config, const std::vector<test::NamedTensor>& tensors, bool mtp = true) {
+    test::write_model_folder(dir_, config, tensors);
+    LoadOptions options;
+    options.mtp = mtp;
+    return open_model(dir_, backend_, options);
+  }
+  static test::NamedTensor& tensor(std::vector<test::NamedTensor>& tensors, const std::string& name) {
+    for (test::NamedTensor& t : tensors)
+      if (t.name == name) return t;
+    throw std::runtime_error("no tensor " + name);
+  }
+
+  std::string dir_;
+  CpuBackend backend_;
+};
+
+TEST_F(MtpHead, DraftingWithItLeavesGreedyAndSampledTokensAsTheyAre) {
+  for (bool dense : {false, true}) {
+    const nlohmann::json config = config_with_head(dense);
+    const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 21));
+    ASSERT_TRUE(model.has_mtp());
+    for (float temperature : {0.0f, 0.8f}) {
+      GenerateOptions plain;
+      plain.max_tokens = 40;
+      plain.sampling.temperature = temperature;
+      plain.sampling.seed = 3;
+      const std::vector<int32_t> prompt = random_prompt(5, 70, model.config().vocab_size);  // past one KV page
+      const GenerateResult want = generate(model, prompt, plain);
+      for (int64_t k : {1, 2, 4, 8}) {
+        GenerateOptions options = plain;
+        options.speculative_tokens = k;
+        const GenerateResult got = generate(model, prompt, options);
+        const std::string where = (dense ? "dense" : "moe") + std::string(", temperature ") +
+                                  std::to_string(temperature) + ", k " + std::to_string(k);
+        EXPECT_EQ(got.tokens, want.tokens) << where;
+        EXPECT_EQ(got.state.position, want.state.position) << where;
+        EXPECT_EQ(state_hashes(model, got.state), state_hashes(model, want.state)) << where;
+        EXPECT_GT(got.speculation.drafted, 0) << where;
+        EXPECT_EQ(got.state.draft_position, got.state.position) << where << ": the head's cache keeps up";
+      }
+    }
+  }
+}
+
+TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
+  const nlohmann::json config = config_with_head(false);
+  const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 22));
+  const int64_t T = 9, H = model.config().hidden_size;
+  const std::vector<int32_t> ids = random_prompt(6, T, model.config().vocab_size);
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Tensor hidden = Tensor::zeros(DType::kF32, {T, H});  // [T, H]
+  for (int64_t i = 0; i < T * H; ++i) hidden.f32()[i] = dist(rng);
+
+  SequenceState whole = model.new_sequence(T), rows = model.new_sequence(T);
+  Tensor whole_hidden, row_hidden;
+  const Tensor whole_logits = backend_.download(model.draft({DraftInput{&whole, 0, ids}}, hidden, whole_hidden));
+  Tensor row_logits;
+  for (int64_t t = 0; t < T; ++t)
+    row_logits = backend_.download(
+        model.draft({DraftInput{&rows, t, {ids[static_cast<size_t>(t)]}}}, hidden.rows(t, t + 1), row_hidden));
+  EXPECT_TRUE(test::same_bits(whole_logits, row_logits));
+  EXPECT_TRUE(test::same_bits(whole_hidden, row_hidden));
+  const size_t head_layer = static_cast<size_t>(model.config().num_layers);  // the head's layer of the KV pool
+  for (const Tensor* pool : {&model.kv_pool().k(head_layer), &model.kv_pool().v(head_layer)})
+    EXPECT_TRUE(test::same_bits(gather_positions(backend_, *pool, whole.kv_pages.ids(), T),
+                                gather_positions(backend_, *pool, rows.kv_pages.ids(), T)));
+  EXPECT_EQ(whole.position, 0) << "drafting does not move the main model's position";
+}
+
+// With the layer's attention and MLP outputs zeroed, the head is lm_head(norm(fc([norm(embed(id)) | norm(h)]))):
+// fc = [I | 0] must see only the embedding and [0 | I] only the hidden state, as qwen3-next-spec.md section 7 orders
+// them. Every norm weight is 0 (zero-centred: a scale of 1).
+TEST_F(MtpHead, FcTakesTheEmbeddingFirstAndTheHiddenStateSecond) {
+  const nlohmann::json config = config_with_head(true);
+  std::vector<test::NamedTensor> tensors = test::synthetic_tensors(config, 23);
+  const ModelConfig c = parse_model_config(config.dump(), "config");
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const auto fill = [&](const std::string& name, float value) {
+    test::NamedTensor& t = tensor(tensors, name);
+    t = test::make_tensor(name, DType::kF32, t.shape,
+                          std::vector<float>(static_cast<size_t>(shape_numel(t.shape)), value));
+  };
+  for (const char* name : {"mtp.layers.0.self_attn.o_proj.weight", "mtp.layers.0.mlp.down_proj.weight",
+                           "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"})
+    fill(name, 0.0f);
+  std::vector<float> lm_head(static_cast<size_t>(V * H)), embed(static_cast<size_t>(V * H));
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& x : lm_head) x = dist(rng);
+  for (float& x : embed) x = dist(rng);
+  tensor(tensors, "lm_head.weight") = test::make_tensor("lm_head.weight", DType::kF32, {V, H}, lm_head);
+  tensor(tensors, "model.embed_tokens.weight") =
+      test::make_tensor("model.embed_tokens.weight", DType::kF32, {V, H}, embed);
+  std::vector<float> h(static_cast<size_t>(H));
+  for (float& x : h) x = dist(rng);
+  const int32_t id = 17;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  // The RMSNorm of x, in double.
+  const auto normed = [&](std::vector<double> x) {
+    double squares = 0;
+    for (double v : x) squares += v * v;
+    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(x.size()) + eps);
+    for (double& v : x) v *= inv;
+    return x;
+  };
+  for (bool embedding_half : {true, false}) {
+    std::vector<float> fc(static_cast<size_t>(H * 2 * H), 0.0f);  // [H, 2H]
+    for (int64_t i = 0; i < H; ++i) fc[static_cast<size_t>(i * 2 * H + i + (embedding_half ? 0 : H))] = 1.0f;
+    tensor(tensors, "mtp.fc.weight") = test::make_tensor("mtp.fc.weight", DType::kF32, {H, 2 * H}, fc);
+    const Qwen3NextModel model = open(config, tensors);
+    SequenceState state = model.new_sequence(1);
+    Tensor host_hidden = Tensor::zeros(DType::kF32, {1, H}), last;
+    std::copy(h.begin(), h.end(), host_hidden.f32());
+    const Tensor logits = backend_.download(model.draft({DraftInput{&state, 0, {id}}}, host_hidden, last));  // [1, V]
+    std::vector<double> source(static_cast<size_t>(H));
+    for (int64_t i = 0; i < H; ++i)
+      source[static_cast<size_t>(i)] =
+          embedding_half ? embed[static_cast<size_t>(id * H + i)] : h[static_cast<size_t>(i)];
+    const std::vector<double> x = normed(normed(source));
+    double err = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      double want = 0;
+      for (int64_t i = 0; i < H; ++i) want += lm_head[static_cast<size_t>(v * H + i)] * x[static_cast<size_t>(i)];
+      err = std::max(err, std::abs(want - logits.f32()[v]));
+    }
+    // FP32 sums of 16 products of values near 1, against double: a few ulps of the logits' size (about 4).
+    EXPECT_FALSE(!(err <= 1e-5)) << (embedding_half ? "fc = [I | 0]" : "fc = [0 | I]") << ": max error " << err;
+  }
+}
+
+TEST_F(MtpHead, LoadsOnlyWhenAskedAndRefusesWhatIsMissing) {
+  nlohmann::json config = config_with_head(false);
+  std::vector<test::NamedTensor> tensors = test::synthetic_tensors(config, 24);
+  EXPECT_FALSE(open(config, tensors, /*mtp=*/false).has_mtp()) << "mtp.* is skipped unless asked for";
+  {
+    const Qwen3NextModel plain = open(config, tensors, /*mtp=*/false);
+    GenerateOptions options;
+    options.speculative_tokens = 2;
+    test::expect_error_naming([&] { generate(plain, {1, 2, 3}, options); }, "multi-token-prediction head");
+  }
+  nlohmann::json undeclared = config;
+  undeclared.erase("mtp_num_hidden_layers");
+  test::expect_error_naming([&] { open(undeclared, tensors); }, "mtp_num_hidden_layers");
+  std::vector<test::NamedTensor> missing;
+  for (const test::NamedTensor& t : tensors)
+    if (t.name != "mtp.norm.weight") missing.push_back(t);
+  test::expect_error_naming([&] { open(config, missing); }, "missing tensor 'mtp.norm.weight'");
+  GenerateOptions too_many;
+  too_many.speculative_tokens = kMaxSpeculativeTokens + 1;
+  test::expect_error_naming([&] { check_generation(parse_model_config(config.dump(), "c"), 3, too_many); },
+                            "speculative tokens must be in 0..8");
+}
+
+// fc's halves: a weight's columns, and an FP8 weight's scales with them.
+TEST(ColumnRange, CopiesColumnsAndTheirFp8Scales) {
+  Tensor plain = Tensor::zeros(DType::kF32, {2, 6});
+  for (int i = 0; i < 12; ++i) plain.f32()[i] = static_cast<float>(i);
+  const Tensor right = column_range(plain, 3, 6);
+  ASSERT_EQ(right.shape(), Shape({2, 3}));
+  EXPECT_EQ(std::vector<float>(right.f32(), right.f32() + 6), std::vector<float>({3, 4, 5, 9, 10, 11}));
+
+  Tensor scales = Tensor::zeros(DType::kF32, {2, 3});  // [N, ceil(K / 128)]
+  for (int i = 0; i < 6; ++i) scales.f32()[i] = static_cast<float>(i + 1);
+  const Tensor fp8 = Tensor::zeros(DType::kF8E4M3, {2, 300}).with_block_scales(scales);
+  const Tensor tail = column_range(fp8, 128, 300);
+  ASSERT_NE(tail.block_scales(), nullptr);
+  const Tensor& s = *tail.block_scales();
+  EXPECT_EQ(std::vector<float>(s.f32(), s.f32() + 4), std::vector<float>({2, 3, 5, 6}));
+  test::expect_error_naming([&] { column_range(fp8, 100, 300); }, "cut an FP8 weight's 128-column scale slices");
+}
+
+}  // namespace
+}  // namespace plumb
