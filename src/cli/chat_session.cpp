@@ -71,6 +71,7 @@ GenerateOptions ChatSession::options_for(int64_t prompt_tokens) const {
   o.sampling = options_.sampling;
   o.sampling.seed += turns_;
   o.stop_ids = stop_ids_;
+  o.speculative_tokens = options_.speculative_tokens;
   return o;
 }
 
@@ -118,7 +119,8 @@ void ChatSession::turn(const std::string& user, AnswerPrinter& printer) {
   ++turns_;
   if (!options_.quiet)
     std::fputs(
-        timer.report(new_tokens, static_cast<int64_t>(result.tokens.size()), result.finish == FinishReason::kStop)
+        (timer.report(new_tokens, static_cast<int64_t>(result.tokens.size()), result.finish == FinishReason::kStop) +
+         GenerationTimer::speculation_report(result.speculation))
             .c_str(),
         stderr);
 }

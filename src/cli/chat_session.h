@@ -18,9 +18,10 @@ namespace plumb::cli {
 
 struct ChatOptions {
   std::string model_dir;
-  int64_t max_tokens = 512;  // per answer; fewer where the context ends first
-  SamplingParams sampling;   // the seed of turn n is sampling.seed + n, so --seed reproduces a whole chat
-  bool quiet = false;        // no timings after each answer
+  int64_t max_tokens = 512;        // per answer; fewer where the context ends first
+  int64_t speculative_tokens = 0;  // GenerateOptions::speculative_tokens
+  SamplingParams sampling;         // the seed of turn n is sampling.seed + n, so --seed reproduces a whole chat
+  bool quiet = false;              // no timings after each answer
 };
 
 // Where an answer goes as it streams: the answer on stdout; the reasoning dimmed beside it when stdout is a terminal,

@@ -79,7 +79,14 @@ void run_chat(const ChatArgs& a) {
   const auto backend = make_backend(a.device);
   PLUMB_CHECK(a.chat.max_tokens >= 1, "--max-tokens {}: an answer needs at least 1 token", a.chat.max_tokens);
   const Sampler validated(a.chat.sampling);  // its constructor checks the flags before the model loads
-  const Qwen3NextModel model = open_model_showing_progress(a.chat.model_dir, *backend, a.check_weights, a.chat.quiet);
+  GenerateOptions speculation;
+  speculation.max_tokens = 0;
+  speculation.speculative_tokens = a.chat.speculative_tokens;
+  check_generation(load_model_config(a.chat.model_dir), 1, speculation);  // the flag, before the model loads
+  LoadOptions load;
+  load.check_weights = a.check_weights;
+  load.mtp = a.chat.speculative_tokens > 0;
+  const Qwen3NextModel model = open_model_showing_progress(a.chat.model_dir, *backend, load, a.chat.quiet);
   ChatSession session(a.chat, model);
   session.set_system(a.system);
   if (a.verbose)
@@ -115,6 +122,7 @@ void register_chat_commands(CLI::App& app) {
   chat->add_option("--model", args->chat.model_dir, kModelHelp);
   chat->add_option("--system", args->system, "system prompt (/system TEXT changes it during the chat)");
   chat->add_option("--max-tokens", args->chat.max_tokens, "most tokens of one answer");
+  chat->add_option("--speculative-tokens", args->chat.speculative_tokens, kSpeculativeTokensHelp);
   // A chat samples by default, as llama.cpp's does: greedy answers repeat themselves (and small models loop).
   args->chat.sampling.temperature = 0.8f;
   args->chat.sampling.top_p = 0.9f;

@@ -124,6 +124,7 @@ struct GenerateArgs {
   ModelChoice model;
   std::string ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
+  int64_t speculative_tokens = 0;
   SamplingParams sampling;
   bool print_ids = false, ignore_eos = false, hash = false, check_weights = false;
   bool quiet = false;    // no notices or timings on stderr
@@ -162,6 +163,7 @@ void run_generate(const GenerateArgs& a) {
   GenerateOptions options;
   options.max_tokens = a.max_tokens;
   options.sampling = a.sampling;
+  options.speculative_tokens = a.speculative_tokens;
   // A synthetic model has no folder, so no eos ids: it stops at --stop-ids or --max-tokens.
   if (!a.stop_ids.empty())
     options.stop_ids = parse_token_ids(a.stop_ids, "--stop-ids", vocab);
@@ -169,7 +171,10 @@ void run_generate(const GenerateArgs& a) {
     options.stop_ids = default_stop_ids(a.model.dir, config);
   if (a.ignore_eos) options.stop_ids.clear();
   check_generation(config, static_cast<int64_t>(prompt.size()), options);
-  const Qwen3NextModel model = a.model.open(*backend, a.check_weights, a.quiet);
+  LoadOptions load;
+  load.check_weights = a.check_weights;
+  load.mtp = a.speculative_tokens > 0;
+  const Qwen3NextModel model = a.model.open(*backend, load, a.quiet);
   if (a.verbose)
     std::fprintf(stderr, "plumb: seed %llu (--seed %llu reproduces this run)\n",
                  static_cast<unsigned long long>(a.sampling.seed), static_cast<unsigned long long>(a.sampling.seed));
@@ -199,9 +204,9 @@ void run_generate(const GenerateArgs& a) {
   }
   std::fflush(stdout);
   if (!a.quiet)
-    std::fputs(timer
-                   .report(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(result.tokens.size()),
-                           result.finish == FinishReason::kStop)
+    std::fputs((timer.report(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(result.tokens.size()),
+                             result.finish == FinishReason::kStop) +
+                GenerationTimer::speculation_report(result.speculation))
                    .c_str(),
                stderr);
 }
@@ -234,6 +239,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--prompt", gen_args->prompt, "prompt text, encoded with the model folder's tokenizer.json");
   gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
   gen->add_option("--max-tokens", gen_args->max_tokens, "most tokens to generate");
+  gen->add_option("--speculative-tokens", gen_args->speculative_tokens, kSpeculativeTokensHelp);
   CLI::Option* seed = add_sampling_options(*gen, gen_args->sampling);
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");

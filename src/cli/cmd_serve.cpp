@@ -82,7 +82,9 @@ void run_serve(const ServeArgs& a) {
       "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
   const auto backend = make_backend(a.device);
   // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
-  const Qwen3NextModel model = a.model.open(*backend, a.check_weights, /*quiet=*/true);
+  LoadOptions load;
+  load.check_weights = a.check_weights;
+  const Qwen3NextModel model = a.model.open(*backend, load, /*quiet=*/true);
   const server::ModelText text =
       a.model.is_synthetic() ? server::ModelText::token_ids_only(fmt::format(
                                    "plumb serve --synthetic {}: random weights, no tokenizer", a.model.synthetic))

@@ -16,6 +16,10 @@ inline constexpr const char* kDeviceHelp =
 inline constexpr const char* kCheckWeightsHelp =
     "scan every weight for NaN and infinity while loading (one pass over the checkpoint)";
 
+inline constexpr const char* kSpeculativeTokensHelp =
+    "draft this many tokens a step (1-8) with the model's multi-token-prediction head and verify them in one pass; "
+    "the output is the same token for token, greedy or sampled (default 0: off)";
+
 std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace plumb::cli

@@ -71,12 +71,11 @@ class ProgressDisplay {
 
 }  // namespace
 
-Qwen3NextModel open_model_showing_progress(const std::string& model_dir, Backend& backend, bool check_weights,
+Qwen3NextModel open_model_showing_progress(const std::string& model_dir, Backend& backend, LoadOptions options,
                                            bool quiet) {
   const Clock::time_point start = Clock::now();
   ProgressDisplay display(::isatty(::fileno(stderr)) == 1);
-  LoadOptions options;
-  options.check_weights = check_weights;
+  options.on_progress = {};
   if (!quiet) options.on_progress = [&display](const LoadProgress& p) { display.update(p); };
   Qwen3NextModel model = open_model(model_dir, backend, options);
   if (!quiet) std::fputs(fmt::format("plumb: load {:.1f} ms\n", seconds_since(start) * 1000.0).c_str(), stderr);

@@ -4,13 +4,14 @@
 
 #include <string>
 
+#include "loader/load_model.h"
 #include "model/qwen3_next.h"
 #include "ops/backend.h"
 
 namespace plumb::cli {
 
-// open_model() showing its progress; `quiet` prints nothing.
-Qwen3NextModel open_model_showing_progress(const std::string& model_dir, Backend& backend, bool check_weights,
+// open_model() with `options` (its progress callback replaced), showing its progress; `quiet` prints nothing.
+Qwen3NextModel open_model_showing_progress(const std::string& model_dir, Backend& backend, LoadOptions options,
                                            bool quiet);
 
 }  // namespace plumb::cli

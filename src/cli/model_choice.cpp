@@ -37,12 +37,14 @@ ModelConfig ModelChoice::config() const {
   return is_synthetic() ? synthetic_config(synthetic).config : load_model_config(dir);
 }
 
-Qwen3NextModel ModelChoice::open(Backend& backend, bool check_weights, bool quiet) const {
+Qwen3NextModel ModelChoice::open(Backend& backend, const LoadOptions& load, bool quiet) const {
   if (is_synthetic()) {
+    PLUMB_CHECK(!load.mtp, "--speculative-tokens drafts with a model folder's MTP head, and --synthetic {} has none",
+                synthetic);
     return synthetic_model(synthetic_config(synthetic).config, backend, kSyntheticSeed,
                            parse_synthetic_weights(weights.empty() ? "bf16" : weights));
   }
-  return open_model_showing_progress(dir, backend, check_weights, quiet);
+  return open_model_showing_progress(dir, backend, load, quiet);
 }
 
 std::string ModelChoice::name() const {

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "loader/load_model.h"
 #include "model/qwen3_next.h"
 #include "ops/backend.h"
 
@@ -25,9 +26,9 @@ struct ModelChoice {
   bool is_synthetic() const { return !synthetic.empty(); }
   // The model's configuration, before anything loads: the synthetic model's, or the folder's config.json.
   ModelConfig config() const;
-  // The model on `backend`: the folder loaded with its progress on stderr unless `quiet` (its weights scanned with
-  // check_weights), or the synthetic model built on the device with plumb bench's seed.
-  Qwen3NextModel open(Backend& backend, bool check_weights, bool quiet) const;
+  // The model on `backend`: the folder loaded with `load`'s options and its progress on stderr unless `quiet`, or the
+  // synthetic model built on the device with plumb bench's seed (which has no MTP head to load).
+  Qwen3NextModel open(Backend& backend, const LoadOptions& load, bool quiet) const;
   // The model's name: the synthetic model's, or the folder's own.
   std::string name() const;
 };

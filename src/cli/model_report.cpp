@@ -127,6 +127,16 @@ void print_model_report(const InspectArgs& args) {
                c.norm_topk_prob ? ", renormalized" : "");
   if (c.num_layers - moe_layers > 0)
     fmt::print("dense mlp    {} layers, width {}\n", c.num_layers - moe_layers, c.intermediate_size);
+  if (c.mtp_layers == 1 && files.contains("mtp.fc.weight")) {
+    // The head is not counted below: a plain run does not load it.
+    ModelWeights with_head;
+    int64_t head_params = 0;
+    for (const WeightSlot& slot : build_weight_table(
+             c, with_head, [&](const std::string& name) { return files.contains(name); }, true))
+      if (slot.name.starts_with("mtp.") && files.contains(slot.name))
+        head_params += shape_numel(files.info(slot.name).shape) * (files.info(slot.name).dtype == DType::kU8 ? 2 : 1);
+    fmt::print("mtp head     1 layer, {:L} parameters (mtp.*): drafts tokens with --speculative-tokens\n", head_params);
+  }
   fmt::print("context      {} tokens (max_position_embeddings)\n", c.max_position_embeddings);
   if (c.fp8) fmt::print("quantization fp8 e4m3, blocks {}x{}\n", c.fp8->block_rows, c.fp8->block_cols);
   if (c.nvfp4)

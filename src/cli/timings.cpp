@@ -31,4 +31,11 @@ std::string GenerationTimer::report(int64_t prompt_tokens, int64_t generated, bo
   return out;
 }
 
+std::string GenerationTimer::speculation_report(const SpeculationStats& s) {
+  if (s.steps == 0) return "";
+  return fmt::format("plumb: speculative decoding: {} of {} drafts kept ({:.1f} %), {:.2f} tokens a verifying step\n",
+                     s.accepted, s.drafted, 100.0 * static_cast<double>(s.accepted) / static_cast<double>(s.drafted),
+                     1.0 + static_cast<double>(s.accepted) / static_cast<double>(s.steps));
+}
+
 }  // namespace plumb::cli

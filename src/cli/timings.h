@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/generate.h"
+
 namespace plumb::cli {
 
 class GenerationTimer {
@@ -21,6 +23,9 @@ class GenerationTimer {
   // The report's lines, each "plumb: ...\n". `stopped`: generation ended by drawing a stop token, which took a
   // decode step of its own (or the prompt's pass, when it came first).
   std::string report(int64_t prompt_tokens, int64_t generated, bool stopped) const;
+
+  // "plumb: speculative decoding: ...\n": drafts made and kept, and tokens made per verifying step; "" when none ran.
+  static std::string speculation_report(const SpeculationStats& stats);
 
  private:
   Clock::time_point start_, finished_;

@@ -192,6 +192,36 @@ TEST_F(Cli, GenerateRunsASyntheticModelOnTokenIds) {
   expect_clean_failure(run("generate --model " + model_ + " --weights fp8 --ids 1"), "a folder's is its own");
 }
 
+// --speculative-tokens drafts with the folder's MTP head: the same tokens and final state as without, the drafts'
+// fate on stderr; a folder without a head, a synthetic model or a count past 8 is refused in one line.
+TEST_F(Cli, GenerateWithSpeculativeTokensMakesTheSameTokens) {
+  nlohmann::json config = test::small_qwen3_next_config();
+  config["mtp_num_hidden_layers"] = 1;
+  const std::string with_head = dir_ + "/with-head";
+  test::write_model_folder(with_head, config, test::synthetic_tensors(config, 9));
+  const Outcome inspected = run("inspect --model " + with_head);
+  ASSERT_EQ(inspected.status, 0) << inspected.err;
+  EXPECT_THAT(inspected.out, HasSubstr("mtp head     1 layer, "));
+  EXPECT_THAT(run("inspect --model " + model_).out, Not(HasSubstr("mtp head")));
+  for (const std::string sampling : {"", " --temperature 0.8 --seed 4"}) {
+    const std::string args =
+        "generate --model " + with_head + " --ids 3,4,5 --max-tokens 24 --print-ids --hash" + sampling;
+    const Outcome plain = run(args);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    for (const char* k : {"1", "3", "8"}) {
+      const Outcome speculative = run(args + " --speculative-tokens " + k);
+      ASSERT_EQ(speculative.status, 0) << speculative.err;
+      EXPECT_EQ(speculative.out, plain.out) << "k " << k << sampling;
+      EXPECT_THAT(speculative.err,
+                  MatchesRegex("(.|\n)*plumb: speculative decoding: [0-9]+ of [0-9]+ drafts kept(.|\n)*"));
+    }
+  }
+  expect_clean_failure(run("generate --model " + model_ + " --ids 3 --speculative-tokens 2"), "mtp_num_hidden_layers");
+  expect_clean_failure(run("generate --model " + with_head + " --ids 3 --speculative-tokens 9"),
+                       "speculative tokens must be in 0..8, got 9");
+  expect_clean_failure(run("generate --synthetic tiny --ids 3 --speculative-tokens 2"), "--synthetic tiny has none");
+}
+
 TEST_F(Cli, GenerateStopsAtAStopId) {
   const Outcome greedy = run("generate --model " + model_ + " --ids 3,4 --max-tokens 6 --print-ids");
   ASSERT_EQ(greedy.status, 0);
