@@ -39,10 +39,8 @@ ModelConfig ModelChoice::config() const {
 
 Qwen3NextModel ModelChoice::open(Backend& backend, const LoadOptions& load, bool quiet) const {
   if (is_synthetic()) {
-    PLUMB_CHECK(!load.mtp, "--speculative-tokens drafts with a model folder's MTP head, and --synthetic {} has none",
-                synthetic);
     return synthetic_model(synthetic_config(synthetic).config, backend, kSyntheticSeed,
-                           parse_synthetic_weights(weights.empty() ? "bf16" : weights));
+                           parse_synthetic_weights(weights.empty() ? "bf16" : weights), load.mtp);
   }
   return open_model_showing_progress(dir, backend, load, quiet);
 }

@@ -27,7 +27,7 @@ struct ModelChoice {
   // The model's configuration, before anything loads: the synthetic model's, or the folder's config.json.
   ModelConfig config() const;
   // The model on `backend`: the folder loaded with `load`'s options and its progress on stderr unless `quiet`, or the
-  // synthetic model built on the device with plumb bench's seed (which has no MTP head to load).
+  // synthetic model built on the device with plumb bench's seed (with a random MTP head when load.mtp asks for one).
   Qwen3NextModel open(Backend& backend, const LoadOptions& load, bool quiet) const;
   // The model's name: the synthetic model's, or the folder's own.
   std::string name() const;

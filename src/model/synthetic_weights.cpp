@@ -206,37 +206,54 @@ SyntheticConfig synthetic_config(const std::string& name) {
 
 namespace {
 
-ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed, SyntheticWeights weights) {
+LayerWeights decoder_layer(Filler& f, const ModelConfig& c, LayerKind kind, MlpKind mlp_kind) {
+  LayerWeights l;
+  l.kind = kind;
+  l.mlp_kind = mlp_kind;
+  l.input_norm = f.zero_centred_norm(c.hidden_size);
+  l.post_attn_norm = f.zero_centred_norm(c.hidden_size);
+  if (kind == LayerKind::kGatedDeltaNet)
+    l.gdn = gated_deltanet(f, c);
+  else
+    l.attn = full_attention(f, c);
+  if (mlp_kind == MlpKind::kMoe)
+    l.moe = mixture_of_experts(f, c);
+  else
+    l.mlp = mlp(f, c.intermediate_size, c.hidden_size);
+  return l;
+}
+
+ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint64_t seed, SyntheticWeights weights,
+                               bool mtp) {
   const ModelConfig& c = config;
   const int64_t H = c.hidden_size;
   Filler f(backend, seed, weights);
   ModelWeights w;
   w.embed_tokens = f.uniform(DType::kBF16, {c.vocab_size, H}, -1.0f, 1.0f);
-  w.layers.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    l.kind = c.layer_types[i];
-    l.mlp_kind = c.mlp_kinds[i];
-    l.input_norm = f.zero_centred_norm(H);
-    l.post_attn_norm = f.zero_centred_norm(H);
-    if (l.kind == LayerKind::kGatedDeltaNet)
-      l.gdn = gated_deltanet(f, c);
-    else
-      l.attn = full_attention(f, c);
-    if (l.mlp_kind == MlpKind::kMoe)
-      l.moe = mixture_of_experts(f, c);
-    else
-      l.mlp = mlp(f, c.intermediate_size, H);
-  }
+  for (int64_t i = 0; i < c.num_layers; ++i) w.layers.push_back(decoder_layer(f, c, c.layer_types[i], c.mlp_kinds[i]));
   w.final_norm = f.zero_centred_norm(H);
   w.lm_head = c.tie_word_embeddings ? w.embed_tokens : f.projection({c.vocab_size, H});
+  if (mtp) {
+    // After every other weight, so the main model's draws are the same with the head or without it. The published
+    // FP8 checkpoints leave mtp.fc in BF16; the head's layer is quantized as the main layers are.
+    MtpWeights& m = w.mtp.emplace();
+    m.pre_fc_norm_embedding = f.zero_centred_norm(H);
+    m.pre_fc_norm_hidden = f.zero_centred_norm(H);
+    m.fc_embedding = f.projection({H, H});
+    m.fc_hidden = f.projection({H, H});
+    const MlpKind mlp_kind =
+        c.num_experts > 0 && c.family != ModelFamily::kQwen35Dense ? MlpKind::kMoe : MlpKind::kDense;
+    m.layer = decoder_layer(f, c, LayerKind::kFullAttention, mlp_kind);
+    m.norm = f.zero_centred_norm(H);
+  }
   return w;
 }
 
 }  // namespace
 
-Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed, SyntheticWeights weights) {
-  return Qwen3NextModel(config, synthetic_weights(config, backend, seed, weights), backend);
+Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed, SyntheticWeights weights,
+                               bool mtp) {
+  return Qwen3NextModel(config, synthetic_weights(config, backend, seed, weights, mtp), backend);
 }
 
 SyntheticWeights parse_synthetic_weights(const std::string& name) {

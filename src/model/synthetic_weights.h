@@ -42,8 +42,9 @@ const char* synthetic_weights_name(SyntheticWeights weights);
 // allocated with backend.empty() and filled on the device with backend.random_uniform, BF16 projections uniform in
 // ±1/sqrt(fan_in) (FP8 ones: codes uniform in ±448 times multipliers uniform in [1/2, 1] · 1/(448 sqrt(fan_in))),
 // F32 norms, conv kernels, A_log and dt_bias. Each tensor draws from its own seed derived from `seed`, so the same
-// seed gives the same model on every backend.
+// seed gives the same model on every backend. With `mtp`, a random multi-token-prediction head as well (drawn after
+// the rest, which stays the same): its drafts are as good as chance, so speculative decoding's cost shows whole.
 Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint64_t seed,
-                               SyntheticWeights weights = SyntheticWeights::kBF16);
+                               SyntheticWeights weights = SyntheticWeights::kBF16, bool mtp = false);
 
 }  // namespace plumb

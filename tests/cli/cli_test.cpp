@@ -192,8 +192,8 @@ TEST_F(Cli, GenerateRunsASyntheticModelOnTokenIds) {
   expect_clean_failure(run("generate --model " + model_ + " --weights fp8 --ids 1"), "a folder's is its own");
 }
 
-// --speculative-tokens drafts with the folder's MTP head: the same tokens and final state as without, the drafts'
-// fate on stderr; a folder without a head, a synthetic model or a count past 8 is refused in one line.
+// --speculative-tokens drafts with the folder's MTP head (a synthetic model's random one): the same tokens and final
+// state as without, the drafts' fate on stderr; a folder without a head or a count past 8 is refused in one line.
 TEST_F(Cli, GenerateWithSpeculativeTokensMakesTheSameTokens) {
   nlohmann::json config = test::small_qwen3_next_config();
   config["mtp_num_hidden_layers"] = 1;
@@ -219,7 +219,11 @@ TEST_F(Cli, GenerateWithSpeculativeTokensMakesTheSameTokens) {
   expect_clean_failure(run("generate --model " + model_ + " --ids 3 --speculative-tokens 2"), "mtp_num_hidden_layers");
   expect_clean_failure(run("generate --model " + with_head + " --ids 3 --speculative-tokens 9"),
                        "speculative tokens must be in 0..8, got 9");
-  expect_clean_failure(run("generate --synthetic tiny --ids 3 --speculative-tokens 2"), "--synthetic tiny has none");
+  // A synthetic model drafts with a random head: the same tokens as without it.
+  const std::string synthetic = "generate --synthetic tiny --ids 1,2,3 --max-tokens 12 --print-ids";
+  const Outcome drafted = run(synthetic + " --speculative-tokens 3");
+  ASSERT_EQ(drafted.status, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, run(synthetic).out);
 }
 
 TEST_F(Cli, GenerateStopsAtAStopId) {
