@@ -576,6 +576,30 @@ std::string thinking_model(const std::string& dir) {
   return model;
 }
 
+// A chat with --speculative-tokens answers every turn as one without it, sampled: each turn after the first goes on
+// from the state the last left (its head's cache included). The model is the chat fixture's shapes, tokenizer and
+// template with random weights and an MTP head.
+TEST_F(Cli, ChatWithSpeculativeTokensGivesTheSameAnswers) {
+  const std::string fixture = test::fixtures_dir() + "/models/qwen3_next_chat", model = dir_ + "/chat-with-head";
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(fixture + "/config.json"));
+  config["mtp_num_hidden_layers"] = 1;
+  test::write_model_folder(model, config, test::synthetic_tensors(config, 12));
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(fixture + "/" + file, model + "/" + file);
+  std::ofstream(dir_ + "/in.txt") << "Tell me a fortune.\nAnd another.\nOne more, please.\n";
+  const std::string chat = "chat --model " + model + " --temperature 0.8 --seed 9 --max-tokens 20";
+  const Outcome plain = run(chat + " < " + dir_ + "/in.txt");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const Outcome speculative = run(chat + " --speculative-tokens 3 < " + dir_ + "/in.txt");
+  ASSERT_EQ(speculative.status, 0) << speculative.err;
+  EXPECT_EQ(speculative.out, plain.out);
+  // Every turn drafted: the head's cache came through from the turn before.
+  size_t reports = 0;
+  for (size_t at = 0; (at = speculative.err.find("plumb: speculative decoding: ", at)) != std::string::npos; ++at)
+    ++reports;
+  EXPECT_EQ(reports, 3u) << speculative.err;
+}
+
 TEST_F(Cli, ChatPlainModeWritesTheReasoningToStderrApartFromTheAnswer) {
   const std::string model = thinking_model(dir_);
   std::ofstream(dir_ + "/in.txt") << "Why?\n";

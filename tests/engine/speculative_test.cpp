@@ -139,6 +139,33 @@ TEST_F(MtpHead, DraftingWithItLeavesGreedyAndSampledTokensAsTheyAre) {
   }
 }
 
+// A conversation's next turn goes on from the state the last turn left: drafting resumes where the head's cache
+// ends; a state from a plain run has no head cache, so it decodes without drafts. The tokens are the same every way.
+TEST_F(MtpHead, ANextTurnDraftsOnlyWhereTheHeadsCacheCameAlong) {
+  const nlohmann::json config = config_with_head(false);
+  const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 25));
+  GenerateOptions plain, speculative;
+  plain.max_tokens = speculative.max_tokens = 16;
+  speculative.speculative_tokens = 3;
+  std::vector<int32_t> prompt = random_prompt(7, 20, model.config().vocab_size);
+  GenerateResult first_plain = generate(model, prompt, plain);
+  GenerateResult first_drafted = generate(model, prompt, speculative);
+  ASSERT_EQ(first_drafted.tokens, first_plain.tokens);
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), first_plain.tokens.begin(), first_plain.tokens.end());
+  const std::vector<int32_t> message = random_prompt(8, 5, model.config().vocab_size);
+  next.insert(next.end(), message.begin(), message.end());
+  const GenerateResult want = continue_generation(model, model.fork_sequence(first_plain.state), next, plain);
+  const GenerateResult resumed = continue_generation(model, std::move(first_drafted.state), next, speculative);
+  const GenerateResult cold = continue_generation(model, std::move(first_plain.state), next, speculative);
+  for (const GenerateResult* r : {&resumed, &cold}) {
+    EXPECT_EQ(r->tokens, want.tokens);
+    EXPECT_EQ(state_hashes(model, r->state), state_hashes(model, want.state));
+  }
+  EXPECT_GT(resumed.speculation.drafted, 0) << "the head's cache came along";
+  EXPECT_EQ(cold.speculation.drafted, 0) << "a plain run's state has no head cache";
+}
+
 TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
   const nlohmann::json config = config_with_head(false);
   const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 22));
