@@ -589,7 +589,7 @@ void bench_attention_decode(Context& ctx, int64_t B, int64_t past) {
   }
   const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, n_sets, [&](int64_t i) {
     Set& s = sets[static_cast<size_t>(i)];
-    be.attention(s.q, s.k, s.v, s.cache_ptrs, batch, s.o);
+    be.attention(s.q, s.k, s.v, s.cache_ptrs, batch, s.o, GdnAlgorithm::kChunked);
   });
   json result = bytes_result(ctx, "kernel attention decode", fmt::format("B={}, past {}", B, past), median(samples),
                              bytes, samples);
@@ -614,8 +614,9 @@ void bench_attention_prefill(Context& ctx, int64_t T) {
                 be.empty(be.kv_dtype(), {pages, kKvPageSize, nkv, d}), page_table};
   const std::vector<KvCache*> caches = {&cache};
   const BatchRows batch = {{0, T, 0}};
-  const std::vector<double> samples =
-      time_calls(be, ctx.args.kernel_repeats, 1, [&](int64_t) { be.attention(q, k, v, caches, batch, o); });
+  const std::vector<double> samples = time_calls(be, ctx.args.kernel_repeats, 1, [&](int64_t) {
+    be.attention(q, k, v, caches, batch, o, GdnAlgorithm::kChunked);
+  });
   // QKᵀ and PV over the T(T+1)/2 causal query-key pairs of every query head.
   const double flops = 2.0 * static_cast<double>(nq * d) * static_cast<double>(T) * static_cast<double>(T + 1);
   ctx.out["kernels"]["attention_prefill"] =

@@ -152,7 +152,7 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
       }
       gated_deltanet(w.gdn, conv_states, recurrent_states, plan.layout, normed, mixed, gdn_algorithm);
     } else {
-      attention_layer(w, static_cast<size_t>(i), plan, normed, mixed);
+      attention_layer(w, static_cast<size_t>(i), plan, normed, mixed, gdn_algorithm);
     }
     mlp_layer(w, hidden, i + 1 < c.num_layers ? &weights_.layers[i + 1].input_norm : nullptr, normed, mixed);
   }
@@ -194,7 +194,7 @@ Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor&
   backend_.add(x, mixed);
 
   backend_.rms_norm(x, m.layer.input_norm, eps, NormWeight::kZeroCentred, normed);
-  attention_layer(m.layer, static_cast<size_t>(c.num_layers), plan, normed, mixed);
+  attention_layer(m.layer, static_cast<size_t>(c.num_layers), plan, normed, mixed, GdnAlgorithm::kChunked);
   mlp_layer(m.layer, x, nullptr, normed, mixed);
   return logits_of(x, plan.layout, LogitsRows::kLast, m.norm, nullptr, &last_hidden);
 }
@@ -233,12 +233,12 @@ Tensor Qwen3NextModel::logits_of(const Tensor& hidden, const BatchRows& layout, 
 }
 
 void Qwen3NextModel::attention_layer(const LayerWeights& w, size_t pool_layer, BatchPlan& plan, const Tensor& normed,
-                                     Tensor& mixed) const {
+                                     Tensor& mixed, GdnAlgorithm rule) const {
   for (KvCache& cache : plan.caches) {
     cache.k = kv_pool_->k(pool_layer);
     cache.v = kv_pool_->v(pool_layer);
   }
-  full_attention(w.attn, plan.cache_ptrs, plan.layout, plan.positions, normed, mixed);
+  full_attention(w.attn, plan.cache_ptrs, plan.layout, plan.positions, normed, mixed, rule);
 }
 
 void Qwen3NextModel::mlp_layer(const LayerWeights& w, Tensor& hidden, const Tensor* next_norm, Tensor& normed,
@@ -280,7 +280,7 @@ void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tenso
 
 void Qwen3NextModel::full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches,
                                     const BatchRows& layout, const std::vector<int64_t>& positions, const Tensor& x,
-                                    Tensor& out) const {
+                                    Tensor& out, GdnAlgorithm rule) const {
   const ModelConfig& c = config_;
   const int64_t T = x.dim(0), nq = c.num_attention_heads, nkv = c.num_key_value_heads, d = c.head_dim;
   Backend& be = backend_;
@@ -308,7 +308,7 @@ void Qwen3NextModel::full_attention(const AttentionWeights& w, const std::vector
   be.rotary_embedding(k, positions, c.rotary_dim, c.rope_theta);
 
   Tensor o = be.empty(DType::kF32, {T, nq, d});  // [T, nq, d]
-  be.attention(q, k, v, caches, layout, o);
+  be.attention(q, k, v, caches, layout, o, rule);
   if (c.attn_output_gate) be.mul_sigmoid(o, gate);
   be.linear(o.reshape({T, nq * d}), w.o_proj, out);
 }

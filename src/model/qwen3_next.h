@@ -95,7 +95,8 @@ class Qwen3NextModel {
   // sequence after sequence; kLast [sequences, V], each sequence's last token. The sequences' tokens take
   // `gdn_algorithm` for the delta rule (the chunk rule of gdn_pieces). A sequence's logits and state are
   // bit-identical whatever else shares its batch and wherever its calls end at multiples of kGdnChunkSize. With
-  // kRecurrent, T tokens in one call are bit-identical to T calls of one token each. When `hidden` is given, it
+  // kRecurrent, every token takes a decode step's arithmetic in the delta rule and in attention, so T tokens in one
+  // call are bit-identical to T calls of one token each. When `hidden` is given, it
   // receives every new token's final hidden state (after the final norm), [Σ T, H]: what the MTP head drafts from.
   Tensor forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr) const;
@@ -121,9 +122,10 @@ class Qwen3NextModel {
   struct BatchPlan;
   BatchPlan plan_batch(const std::vector<SequenceState*>& states, const std::vector<int64_t>& starts,
                        const std::vector<const std::vector<int32_t>*>& ids) const;
-  // The decoder layer's attention half for its KV pool layer `pool_layer`: its mixer output into `mixed`.
-  void attention_layer(const LayerWeights& w, size_t pool_layer, BatchPlan& plan, const Tensor& normed,
-                       Tensor& mixed) const;
+  // The decoder layer's attention half for its KV pool layer `pool_layer`, its tokens by `rule` (Backend::attention):
+  // its mixer output into `mixed`.
+  void attention_layer(const LayerWeights& w, size_t pool_layer, BatchPlan& plan, const Tensor& normed, Tensor& mixed,
+                       GdnAlgorithm rule) const;
   // The MLP half of a decoder layer: hidden ← hidden + MLP(normed), then `next_norm`'s RMSNorm into normed.
   void mlp_layer(const LayerWeights& w, Tensor& hidden, const Tensor* next_norm, Tensor& normed, Tensor& mixed) const;
   // The logits of `rows` of hidden [T, H] after `norm`, [T or sequences, V]. With `normed_all`, every row's normed
@@ -135,7 +137,7 @@ class Qwen3NextModel {
                       const std::vector<Tensor*>& recurrent_states, const BatchRows& layout, const Tensor& x,
                       Tensor& out, GdnAlgorithm algorithm) const;
   void full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches, const BatchRows& layout,
-                      const std::vector<int64_t>& positions, const Tensor& x, Tensor& out) const;
+                      const std::vector<int64_t>& positions, const Tensor& x, Tensor& out, GdnAlgorithm rule) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;
   // The routed experts' weighted sum into out; a block with a shared expert returns that expert's output and gate
   // logits apart, for residual_step to add.

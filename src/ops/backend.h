@@ -28,9 +28,10 @@ enum class NormWeight {
   kPlain,        // y = x / rms(x) * w
 };
 
-// How gated_delta_rule walks the sequence. Both compute the same function; tests hold them to each other.
+// How gated_delta_rule (and attention, which follows the same rule) walks the sequence. Both compute the same
+// function; tests hold them to each other, and speculative verification runs kRecurrent for a decode step's bits.
 enum class GdnAlgorithm {
-  kRecurrent,  // every token by the recurrent step (a reference for tests)
+  kRecurrent,  // every token as a decode step computes it: the recurrent step, and attention's lone-token arithmetic
   kChunked,    // the chunk rule of gdn_pieces: the WY form for windows of two or more tokens, else the step
 };
 constexpr int64_t kGdnChunkSize = 64;
@@ -235,9 +236,12 @@ class Backend {
   // cache at positions [past, past + count) through its page table, then query t of it, at position past + t, attends
   // to positions [0, past + t]. Scores scaled by d^-1/2. q [T, nq, d]; caches[i] is sequence i's, its page table
   // covering past + count positions (check_kv_cache); o [T, nq, d]. Nothing outside the written positions changes;
-  // sequences of one call must not share a page.
+  // sequences of one call must not share a page. A backend may compute a token alone in its 64-aligned window (a
+  // decode step) otherwise than tokens that share one (the GPU folds a lone token's key segments): `rule` is the chunk
+  // rule of gdn_pieces, and with kRecurrent every token takes a lone token's arithmetic, so T tokens in one call are
+  // bit-identical to T calls of one (what verifying speculative drafts needs).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
-                         const BatchRows& batch, Tensor& o) = 0;
+                         const BatchRows& batch, Tensor& o, GdnAlgorithm rule) = 0;
 
   // x ← x ⊙ sigmoid(gate), elementwise; x and gate have the same element count.
   virtual void mul_sigmoid(Tensor& x, const Tensor& gate) = 0;

@@ -121,7 +121,8 @@ SequenceOutputs run_attention(Backend& be, const SeqInputs& in) {
   std::vector<KvCache*> cache_ptrs;
   for (KvCache& kv : caches) cache_ptrs.push_back(&kv);
   Tensor o = poisoned(be, DType::kF32, q.shape());
-  be.attention(be.upload(q), be.upload(in.rows[1]), be.upload(in.rows[2]), cache_ptrs, in.batch, o);
+  be.attention(be.upload(q), be.upload(in.rows[1]), be.upload(in.rows[2]), cache_ptrs, in.batch, o,
+               GdnAlgorithm::kChunked);
   SequenceOutputs out{fetch_f32(be, o), {}};
   const Tensor host_pools[2] = {fetch_f32(be, pools[0]), fetch_f32(be, pools[1])};
   // A write to page 0, which no sequence owns, is a wrong output like any other: it turns the outputs to NaN, which

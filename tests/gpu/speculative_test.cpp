@@ -1,6 +1,8 @@
 // Speculative decoding on the GPU: whatever the drafts, the tokens and the final state are plain decoding's on the
 // same backend, bit for bit (tests/support/speculation_check.h), greedy and sampled; and with the MTP head drafting
-// on a model folder that has one.
+// on a model folder that has one. The prompts are 300 tokens, so every decode row sits past position 256, where a
+// lone token's attention folds two key segments (docs/kernel-contract.md): the verify call must run its tokens that
+// way too (GdnAlgorithm::kRecurrent), not as a prefill's whole tiles.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -34,7 +36,7 @@ TEST_P(GpuSpeculation, TokensAndStateAreDecodingsWhateverTheDrafts) {
     plain.sampling.temperature = temperature;
     plain.sampling.seed = 5;
     const std::vector<std::string> mismatches =
-        test::speculation_mismatches(model, plain, prompt_of(9, model.config().vocab_size));
+        test::speculation_mismatches(model, plain, prompt_of(300, model.config().vocab_size));
     for (const std::string& m : mismatches) ADD_FAILURE() << "temperature " << temperature << ", " << m;
   }
 }
@@ -57,7 +59,7 @@ TEST(GpuMtpHead, DraftingWithItLeavesTheTokensAsTheyAre) {
   const Qwen3NextModel model = open_model(dir, backend, load);
   GenerateOptions plain;
   plain.max_tokens = 40;
-  const std::vector<int32_t> prompt = prompt_of(70, model.config().vocab_size);
+  const std::vector<int32_t> prompt = prompt_of(300, model.config().vocab_size);
   const GenerateResult want = generate(model, prompt, plain);
   for (int64_t k : {1, 3, 8}) {
     GenerateOptions options = plain;

@@ -90,7 +90,7 @@ class FailingBackend final : public Backend {
     cpu_.embedding(table, ids, out);
   }
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
-                 const BatchRows& batch, Tensor& o) override {
+                 const BatchRows& batch, Tensor& o, GdnAlgorithm rule) override {
     {
       std::lock_guard lock(mutex_);
       if (fails_now_) {
@@ -98,7 +98,7 @@ class FailingBackend final : public Backend {
         throw Error(kInjected);
       }
     }
-    cpu_.attention(q, k, v, caches, batch, o);
+    cpu_.attention(q, k, v, caches, batch, o, rule);
   }
 
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override { cpu_.linear(x, w, y); }

@@ -149,7 +149,7 @@ PagedRun run_paged(Backend& be, const Tensor& q, const Tensor& k, const Tensor& 
   std::vector<KvCache*> pointers;
   for (KvCache& c : caches) pointers.push_back(&c);
   PagedRun run{Tensor::zeros(DType::kF32, q.shape()), {}, {}, {}, {}};
-  be.attention(q, k, v, pointers, batch, run.o);
+  be.attention(q, k, v, pointers, batch, run.o, GdnAlgorithm::kChunked);
   for (size_t i = 0; i < batch.size(); ++i) {
     run.k.push_back(logical_cache(k_pool, tables[i], k_caches[i].dim(0)));
     run.v.push_back(logical_cache(v_pool, tables[i], v_caches[i].dim(0)));
@@ -241,7 +241,7 @@ TEST_F(CpuOps, AttentionRefusesAShortPageTableAndPagesOutsideThePool) {
   Tensor o = Tensor::zeros(DType::kF32, {T, 2, d});
   auto call = [&](std::vector<int32_t> table, int64_t past_tokens) {
     KvCache cache{pool, pool, table};
-    be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, past_tokens}}, o);
+    be_.attention(q, k, k, {&cache}, BatchRows{SequenceRows{0, T, past_tokens}}, o, GdnAlgorithm::kChunked);
   };
   EXPECT_THROW(call({1}, past), Error);      // one page for 65 positions
   EXPECT_THROW(call({1, 2}, past), Error);   // page 2 of a pool of 2

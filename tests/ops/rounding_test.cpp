@@ -95,8 +95,8 @@ TEST_F(Bf16Operands, AttentionCachesBf16KeysAndValues) {
   KvCache cache{Tensor::zeros(DType::kF32, pool), Tensor::zeros(DType::kF32, pool), page_table};
   KvCache exact_cache{Tensor::zeros(DType::kF32, pool), Tensor::zeros(DType::kF32, pool), page_table};
   Tensor o = Tensor::zeros(DType::kF32, {T, nq, d}), exact_o = Tensor::zeros(DType::kF32, {T, nq, d});
-  rounded_.attention(q, k, v, {&cache}, BatchRows{SequenceRows{0, T, 0}}, o);
-  exact_.attention(q, k, v, {&exact_cache}, BatchRows{SequenceRows{0, T, 0}}, exact_o);
+  rounded_.attention(q, k, v, {&cache}, BatchRows{SequenceRows{0, T, 0}}, o, GdnAlgorithm::kChunked);
+  exact_.attention(q, k, v, {&exact_cache}, BatchRows{SequenceRows{0, T, 0}}, exact_o, GdnAlgorithm::kChunked);
   auto positions = [&](const Tensor& pool_tensor) { return pool_tensor.reshape({kKvPageSize, nkv, d}).rows(0, T); };
   EXPECT_TRUE(test::same_bits(positions(cache.k), test::bf16_exact(k)));
   EXPECT_TRUE(test::same_bits(positions(cache.v), test::bf16_exact(v)));

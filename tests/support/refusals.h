@@ -69,7 +69,7 @@ inline void expect_attention_refuses_a_shared_written_page(Backend& be) {
   Tensor o = be.zeros(DType::kF32, {T, nq, d});
   auto call = [&](std::vector<int32_t> first, std::vector<int32_t> second, int64_t past0, int64_t past1) {
     KvCache a{pool, pool, first}, b{pool, pool, second};
-    be.attention(q, k, k, {&a, &b}, BatchRows{{0, 1, past0}, {1, 1, past1}}, o);
+    be.attention(q, k, k, {&a, &b}, BatchRows{{0, 1, past0}, {1, 1, past1}}, o, GdnAlgorithm::kChunked);
     be.synchronize();
   };
   // Both write position 3 of page 1.

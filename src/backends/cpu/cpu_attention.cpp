@@ -34,8 +34,9 @@ void CpuBackend::rotary_embedding(Tensor& x, const std::vector<int64_t>& positio
     }
 }
 
+// Every query alike, lone or not: the rule changes nothing here.
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
-                           const BatchRows& batch, Tensor& o) {
+                           const BatchRows& batch, Tensor& o, GdnAlgorithm /*rule*/) {
   const int64_t T = q.dim(0), nq = q.dim(1), d = q.dim(2), nkv = k.dim(1);
   PLUMB_CHECK(nq % nkv == 0, "attention: {} query heads are not a multiple of {} KV heads", nq, nkv);
   expect_shape(k, {T, nkv, d}, "attention", "k");

@@ -66,7 +66,7 @@ class CpuBackend final : public Backend {
 
   void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
-                 const BatchRows& batch, Tensor& o) override;
+                 const BatchRows& batch, Tensor& o, GdnAlgorithm rule) override;
 
   void mul_sigmoid(Tensor& x, const Tensor& gate) override;
   void mul_sigmoid_rows(Tensor& x, const Tensor& gate) override;

@@ -77,7 +77,7 @@ const int32_t* CudaBackend::upload_page_tables(const std::vector<int32_t>& page_
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,
-                            const BatchRows& batch, Tensor& o) {
+                            const BatchRows& batch, Tensor& o, GdnAlgorithm rule) {
   expect_gpu(q, DType::kF32, 3, "attention", "q");
   expect_gpu(k, DType::kF32, 3, "attention", "k");
   expect_gpu(v, DType::kF32, 3, "attention", "v");
@@ -132,7 +132,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
         cache.k.data_as<uint16_t>(), cache.v.data_as<uint16_t>(), first_page, rows.begin, rows.count, rows.past};
     for (int64_t r = rows.begin; r < rows.begin + rows.count; ++r) row_sequence[r] = static_cast<int32_t>(i);
     const auto sequence = static_cast<int32_t>(i);
-    const GdnPieces pieces = gdn_pieces(rows.past, rows.count, GdnAlgorithm::kChunked);
+    const GdnPieces pieces = gdn_pieces(rows.past, rows.count, rule);
     for (int k = 0; k < pieces.size; ++k) {
       const GdnPiece& piece = pieces.piece[k];
       const int64_t end_row = (piece.offset + piece.count) * group;
