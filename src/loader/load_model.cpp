@@ -253,8 +253,10 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend, const Loa
       }
       case WeightTransform::kColumnHalves: {
         const int64_t half = slot.shape[1] / 2;
-        *slot.targets[0] = backend.upload(column_range(host, 0, half));
-        *slot.targets[1] = backend.upload(column_range(host, half, 2 * half));
+        // FP8 bytes keep their slice scales only where the halves split on a slice boundary; else they widen here.
+        const Tensor whole = host.block_scales() && half % kWeightScaleBlockK != 0 ? widen_fp8_weight(host) : host;
+        *slot.targets[0] = backend.upload(column_range(whole, 0, half));
+        *slot.targets[1] = backend.upload(column_range(whole, half, 2 * half));
         break;
       }
     }

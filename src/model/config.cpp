@@ -365,8 +365,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   // Qwen's checkpoints write mtp_num_hidden_layers; vLLM's name for it is num_nextn_predict_layers.
   c.mtp_layers = f.integer("mtp_num_hidden_layers", f.integer("num_nextn_predict_layers", 0));
-  PLUMB_CHECK(c.mtp_layers >= 0 && c.mtp_layers <= kMaxLayers, "{}: mtp_num_hidden_layers must be in 0..{}, got {}",
-              where, kMaxLayers, c.mtp_layers);
+  PLUMB_CHECK(c.mtp_layers >= 0 && c.mtp_layers <= kMaxLayers,
+              "{}: mtp_num_hidden_layers (num_nextn_predict_layers) must be in 0..{}, got {}", where, kMaxLayers,
+              c.mtp_layers);
   parse_layer_types(f, *text, c);
   parse_mlp_kinds(f, c);
   parse_quantization(root, source, c);

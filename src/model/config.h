@@ -85,6 +85,10 @@ struct ModelConfig {
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }                      // q, k, v channels
   int64_t value_heads_per_key_head() const { return linear_num_value_heads / linear_num_key_heads; }
   int num_layers_of(LayerKind kind) const;
+  // The MTP head's layer's MLP: a mixture of experts in the MoE families, dense in dense Qwen3.5.
+  MlpKind mtp_mlp_kind() const {
+    return num_experts > 0 && family != ModelFamily::kQwen35Dense ? MlpKind::kMoe : MlpKind::kDense;
+  }
 };
 
 // Parses config.json text; `source` names the file in error messages.

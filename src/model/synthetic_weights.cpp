@@ -241,9 +241,7 @@ ModelWeights synthetic_weights(const ModelConfig& config, Backend& backend, uint
     m.pre_fc_norm_hidden = f.zero_centred_norm(H);
     m.fc_embedding = f.projection({H, H});
     m.fc_hidden = f.projection({H, H});
-    const MlpKind mlp_kind =
-        c.num_experts > 0 && c.family != ModelFamily::kQwen35Dense ? MlpKind::kMoe : MlpKind::kDense;
-    m.layer = decoder_layer(f, c, LayerKind::kFullAttention, mlp_kind);
+    m.layer = decoder_layer(f, c, LayerKind::kFullAttention, c.mtp_mlp_kind());
     m.norm = f.zero_centred_norm(H);
   }
   return w;

@@ -146,8 +146,7 @@ std::vector<WeightSlot> build_weight_table(const ModelConfig& c, ModelWeights& w
           &m.fc_hidden);
     // The head's one layer attends like the main model's full-attention layers; its MLP is a mixture of experts in
     // the MoE families and dense in dense Qwen3.5, as the main model's layers are.
-    const MlpKind mlp = c.num_experts > 0 && c.family != ModelFamily::kQwen35Dense ? MlpKind::kMoe : MlpKind::kDense;
-    add_decoder_layer(b, c, "mtp.layers.0.", LayerKind::kFullAttention, mlp, m.layer, contains);
+    add_decoder_layer(b, c, "mtp.layers.0.", LayerKind::kFullAttention, c.mtp_mlp_kind(), m.layer, contains);
     b.vector("mtp.norm.weight", H, &m.norm);
   }
   return slots;

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "backends/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "engine/generate.h"
 #include "model/state_hash.h"
@@ -251,6 +252,37 @@ TEST_F(MtpHead, FcTakesTheEmbeddingFirstAndTheHiddenStateSecond) {
     // FP32 sums of 16 products of values near 1, against double: a few ulps of the logits' size (about 4).
     EXPECT_FALSE(!(err <= 1e-5)) << (embedding_half ? "fc = [I | 0]" : "fc = [0 | I]") << ": max error " << err;
   }
+}
+
+// An FP8 mtp.fc whose halves cut a 128-column scale slice (hidden 16) is widened at load: the head drafts the bits of
+// the same weights stored in F32.
+TEST_F(MtpHead, AnFp8FcWhoseHalvesCutASliceLoadsWidened) {
+  nlohmann::json config = config_with_head(false);
+  std::vector<test::NamedTensor> tensors = test::synthetic_tensors(config, 26);
+  const int64_t H = config["hidden_size"].get<int64_t>();
+  test::NamedTensor codes{"mtp.fc.weight", DType::kF8E4M3, {H, 2 * H}, {}};
+  std::vector<float> values;
+  for (int64_t i = 0; i < H * 2 * H; ++i) {
+    const auto byte = static_cast<uint8_t>((i * 37) % 120);  // finite codes
+    codes.bytes.push_back(byte);
+    values.push_back(fp8_e4m3_to_f32(byte) * 0.25f);
+  }
+  tensor(tensors, "mtp.fc.weight") = test::make_tensor("mtp.fc.weight", DType::kF32, {H, 2 * H}, values);
+  const Qwen3NextModel twin = open(config, tensors);
+  const std::vector<int32_t> ids = {3, 9, 4};
+  Tensor hidden = Tensor::zeros(DType::kF32, {3, H});  // [3, H]
+  for (int64_t i = 0; i < 3 * H; ++i) hidden.f32()[i] = 0.01f * static_cast<float>(i % 17);
+  SequenceState a = twin.new_sequence(3);
+  Tensor last;
+  const Tensor want = backend_.download(twin.draft({DraftInput{&a, 0, ids}}, hidden, last));
+  nlohmann::json quantized = config;
+  quantized["quantization_config"] = {
+      {"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  tensor(tensors, "mtp.fc.weight") = codes;
+  tensors.push_back(test::make_tensor("mtp.fc.weight_scale_inv", DType::kF32, {1, 1}, {0.25f}));
+  const Qwen3NextModel fp8 = open(quantized, tensors);
+  SequenceState b = fp8.new_sequence(3);
+  EXPECT_TRUE(test::same_bits(backend_.download(fp8.draft({DraftInput{&b, 0, ids}}, hidden, last)), want));
 }
 
 TEST_F(MtpHead, LoadsOnlyWhenAskedAndRefusesWhatIsMissing) {
