@@ -8,7 +8,7 @@ namespace plumb {
 
 int64_t StepPlan::tokens() const {
   int64_t n = 0;
-  for (const ScheduledWork& w : work) n += w.count;
+  for (const ScheduledWork& w : work) n += w.count + w.drafts;
   return n;
 }
 
@@ -16,6 +16,7 @@ Scheduler::Scheduler(SchedulerConfig config)
     : config_(config), slots_(config.max_running), pages_(config.kv_pages, config.kv_page_tokens) {
   PLUMB_CHECK(config_.max_waiting >= 0, "max_waiting must be >= 0, got {}", config_.max_waiting);
   PLUMB_CHECK(config_.prefill_chunk > 0, "prefill_chunk must be > 0, got {}", config_.prefill_chunk);
+  PLUMB_CHECK(config_.speculative_tokens >= 0, "speculative_tokens must be >= 0, got {}", config_.speculative_tokens);
   // Room for a decode token of every running sequence plus one whole chunk, so every prefill makes progress.
   PLUMB_CHECK(config_.step_tokens >= config_.max_running + config_.prefill_chunk,
               "step_tokens ({}) must be at least max_running ({}) + prefill_chunk ({})", config_.step_tokens,
@@ -93,10 +94,24 @@ StepPlan Scheduler::schedule() {
 StepPlan Scheduler::plan() const {
   StepPlan plan;
   int64_t budget = config_.step_tokens;
+  int64_t decoding = 0;
+  bool prefilling = false;
+  for (const Sequence& s : running_) {
+    if (s.computed < s.spec.prompt_tokens) {
+      prefilling = true;
+    } else {
+      ++decoding;
+    }
+  }
+  // Drafts take what one token per decoding sequence and the next prefill chunk leave of the budget, first come
+  // first served; a sequence drafts no further than the token limit allows (k drafts make up to k + 1 tokens).
+  int64_t spare = std::max<int64_t>(0, budget - decoding - (prefilling ? config_.prefill_chunk : 0));
   for (const Sequence& s : running_) {
     if (s.computed < s.spec.prompt_tokens) continue;
-    plan.work.push_back(ScheduledWork{s.spec.id, s.slot, s.computed, 1, true});
-    --budget;
+    const int64_t drafts = std::min({config_.speculative_tokens, s.spec.max_new_tokens - s.generated - 1, spare});
+    plan.work.push_back(ScheduledWork{s.spec.id, s.slot, s.computed, 1, true, drafts});
+    budget -= 1 + drafts;
+    spare -= drafts;
   }
   for (const Sequence& s : running_) {
     const int64_t left = s.spec.prompt_tokens - s.computed;
@@ -109,17 +124,25 @@ StepPlan Scheduler::plan() const {
   return plan;
 }
 
-std::vector<SequenceId> Scheduler::complete(const StepPlan& plan) {
+std::vector<SequenceId> Scheduler::complete(const StepPlan& plan, std::span<const int64_t> drawn) {
+  PLUMB_CHECK(drawn.empty() || drawn.size() == plan.work.size(), "complete: {} draw counts for a plan of {}",
+              drawn.size(), plan.work.size());
   std::vector<SequenceId> retired;
-  for (const ScheduledWork& w : plan.work) {
+  for (size_t k = 0; k < plan.work.size(); ++k) {
+    const ScheduledWork& w = plan.work[k];
     const std::optional<size_t> i = find_running(w.id);
     if (!i) continue;  // cancelled while the step ran
     Sequence& s = running_[*i];
     PLUMB_CHECK(s.computed == w.start, "sequence {}: step planned at position {} but the state is at {}", w.id, w.start,
                 s.computed);
-    s.computed += w.count;
+    const int64_t tokens = drawn.empty() ? 1 : drawn[k];
+    PLUMB_CHECK(tokens >= 1 && tokens <= 1 + w.drafts && (w.samples || tokens == 1),
+                "sequence {}: {} tokens drawn in a step that allowed {} drafts", w.id, tokens, w.drafts);
+    // The kept drafts ran at the positions after the step's own tokens.
+    s.computed += w.count + tokens - 1;
     if (!w.samples) continue;
-    if (++s.generated == s.spec.max_new_tokens) retired.push_back(w.id);
+    s.generated += tokens;
+    if (s.generated >= s.spec.max_new_tokens) retired.push_back(w.id);
   }
   for (SequenceId id : retired) cancel(id);
   return retired;

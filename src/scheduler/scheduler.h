@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct SchedulerConfig {
   int64_t prefill_chunk = 64;   // prompt tokens a sequence runs per step at most
   int64_t kv_pages = 4096;      // KV pages in the pool
   int64_t kv_page_tokens = 16;  // tokens per KV page
+  // Draft tokens a decoding sequence may have verified after its token each step (speculative decoding; 0: none).
+  // They count against step_tokens, but never take the budget of the next prefill chunk.
+  int64_t speculative_tokens = 0;
 };
 
 struct SequenceSpec {
@@ -43,18 +47,20 @@ enum class Admission {
 
 // One sequence's share of a step: run `count` tokens starting at position `start` in state slot `slot`. start == 0
 // means the slot holds a fresh sequence. When `samples` is set the step ends with a token drawn from the logits of the
-// last token run (the last prefill chunk, or a decode step).
+// last token run (the last prefill chunk, or a decode step). A decode step may also run up to `drafts` draft tokens
+// after its token, and then draws one token more for each draft kept (complete() is told how many were drawn).
 struct ScheduledWork {
   SequenceId id = 0;
   int32_t slot = 0;
   int64_t start = 0;
   int64_t count = 0;
   bool samples = false;
+  int64_t drafts = 0;
 };
 
 struct StepPlan {
   std::vector<ScheduledWork> work;  // decodes first, then prefill chunks, each in admission order
-  int64_t tokens() const;
+  int64_t tokens() const;           // the tokens it runs at most, drafts included
 };
 
 class Scheduler {
@@ -78,8 +84,9 @@ class Scheduler {
   // prefix cache hit): its prefill begins there. 0 <= tokens < its prompt.
   void start_at(SequenceId id, int64_t tokens);
   // Advances every sequence in `plan` and retires those that drew their last allowed token; returns their ids (their
-  // slots and pages are already free).
-  std::vector<SequenceId> complete(const StepPlan& plan);
+  // slots and pages are already free). drawn[i]: the tokens plan.work[i] drew, from 1 to 1 + its drafts (a decode
+  // step's kept drafts each add one, and as many positions); empty: one each.
+  std::vector<SequenceId> complete(const StepPlan& plan, std::span<const int64_t> drawn = {});
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }

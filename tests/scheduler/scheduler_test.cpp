@@ -78,6 +78,47 @@ TEST(Scheduler, PrefillRunsInChunksAtFixedOffsetsThenDecodes) {
   EXPECT_EQ(s.pages().used(), 0);
 }
 
+// Speculative decoding: a decode step may verify drafts, as many as the token limit leaves (k drafts can make k + 1
+// tokens), and advances by the tokens it drew.
+TEST(Scheduler, DraftsStopShortOfTheTokenLimitAndTheStepAdvancesByWhatWasDrawn) {
+  SchedulerConfig config = small_config();
+  config.speculative_tokens = 3;
+  Scheduler s(config);
+  ASSERT_EQ(s.submit({7, 2, 6}), Admission::kQueued);
+  std::vector<int64_t> starts, drafts;
+  std::vector<SequenceId> retired;
+  // The prefill draws one token; then steps that keep 2 drafts (3 tokens), none (1 token), and what is left.
+  const std::vector<int64_t> drawn = {1, 3, 1, 1};
+  for (size_t step = 0; step < drawn.size() && retired.empty(); ++step) {
+    const StepPlan plan = s.schedule();
+    ASSERT_EQ(plan.work.size(), 1u);
+    starts.push_back(plan.work[0].start);
+    drafts.push_back(plan.work[0].drafts);
+    retired = s.complete(plan, std::vector<int64_t>{drawn[step]});
+  }
+  EXPECT_EQ(starts, (std::vector<int64_t>{0, 2, 5, 6}));
+  // 6 tokens at most: after 1 drawn 3 drafts fit, after 4 only 1, after 5 none.
+  EXPECT_EQ(drafts, (std::vector<int64_t>{0, 3, 1, 0}));
+  EXPECT_EQ(retired, std::vector<SequenceId>{7});
+  EXPECT_TRUE(s.idle());
+}
+
+TEST(Scheduler, DraftsNeverTakeTheNextPrefillChunksBudget) {
+  SchedulerConfig config = small_config();  // 10 tokens a step, chunks of 4
+  config.speculative_tokens = 8;
+  Scheduler s(config);
+  ASSERT_EQ(s.submit({1, 1, 12}), Admission::kQueued);
+  s.complete(s.schedule());  // its prompt; it decodes from now on
+  EXPECT_EQ(s.schedule().work[0].drafts, 8) << "alone, it may take the whole budget but its own token";
+  ASSERT_EQ(s.submit({2, 9, 5}), Admission::kQueued);
+  const StepPlan plan = s.schedule();
+  ASSERT_EQ(plan.work.size(), 2u);
+  EXPECT_EQ(plan.work[0].drafts, 10 - 1 - 4) << "beside a prefill, what its chunk leaves";
+  EXPECT_EQ(plan.work[1].count, 4);
+  EXPECT_EQ(plan.tokens(), config.step_tokens);
+  EXPECT_THROW(s.complete(plan, std::vector<int64_t>{7, 1}), Error) << "more tokens drawn than drafts allowed";
+}
+
 TEST(Scheduler, AChunkThatDoesNotFitWaitsWholeInsteadOfShrinking) {
   // Budget 10: sequence 1 decodes (1 token) while sequence 2 prefills in chunks of 4; with a third prefilling, the
   // chunk that would overflow the budget is deferred, never cut.
@@ -125,12 +166,20 @@ TEST(Scheduler, RefusesABudgetThatCannotFitAChunkBesideEveryDecode) {
   EXPECT_THROW(Scheduler{config}, Error);
 }
 
-TEST(Scheduler, RandomTrafficKeepsEveryBudgetAndFinishesEveryRequest) {
+// With speculative decoding too: each decode step keeps a random number of the drafts it was allowed.
+class SchedulerTraffic : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(SchedulerTraffic, RandomTrafficKeepsEveryBudgetAndFinishesEveryRequest) {
   const uint64_t seed = 20261129;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  SchedulerConfig config{
-      .max_running = 5, .max_waiting = 8, .step_tokens = 24, .prefill_chunk = 8, .kv_pages = 40, .kv_page_tokens = 4};
+  SchedulerConfig config{.max_running = 5,
+                         .max_waiting = 8,
+                         .step_tokens = 24,
+                         .prefill_chunk = 8,
+                         .kv_pages = 40,
+                         .kv_page_tokens = 4,
+                         .speculative_tokens = GetParam()};
   Scheduler s(config);
   std::map<SequenceId, int64_t> want;      // id -> max_new_tokens, for accepted requests
   std::map<SequenceId, int64_t> drawn;     // id -> tokens drawn
@@ -157,14 +206,18 @@ TEST(Scheduler, RandomTrafficKeepsEveryBudgetAndFinishesEveryRequest) {
     ASSERT_LE(s.slots().used(), config.max_running);
     ASSERT_LE(s.pages().used(), config.kv_pages);
     std::set<int32_t> slots;
+    std::vector<int64_t> tokens;  // [work] drawn by each
     for (const ScheduledWork& w : plan.work) {
       ASSERT_TRUE(slots.insert(w.slot).second) << "two sequences share slot " << w.slot;
       ASSERT_EQ(w.start, computed[w.id]);
       ASSERT_EQ(w.start % config.prefill_chunk == 0 || w.start >= prompt[w.id], true);
-      computed[w.id] += w.count;
-      if (w.samples) ++drawn[w.id];
+      ASSERT_TRUE(w.drafts == 0 || (w.samples && w.count == 1 && w.drafts <= config.speculative_tokens));
+      tokens.push_back(1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(1 + w.drafts)));
+      computed[w.id] += w.count + tokens.back() - 1;
+      if (w.samples) drawn[w.id] += tokens.back();
+      ASSERT_LE(drawn[w.id], want[w.id]) << "request " << w.id << " drew past its limit";
     }
-    for (SequenceId id : s.complete(plan)) retired.insert(id);
+    for (SequenceId id : s.complete(plan, tokens)) retired.insert(id);
   }
   EXPECT_TRUE(s.idle());
   EXPECT_EQ(s.slots().used(), 0);
@@ -177,6 +230,8 @@ TEST(Scheduler, RandomTrafficKeepsEveryBudgetAndFinishesEveryRequest) {
     EXPECT_EQ(computed[id], prompt[id] + n - 1) << "request " << id;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(DraftTokens, SchedulerTraffic, ::testing::Values(0, 3));
 
 }  // namespace
 }  // namespace plumb
