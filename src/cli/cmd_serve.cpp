@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/speculative.h"
 #include "model/kv_pages.h"
 #include "server/prompt.h"
 #include "server/server.h"
@@ -34,8 +35,9 @@ struct ServeArgs {
   int32_t max_batch = 32;
   int64_t max_queue = 256;
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
-  int64_t kv_pages = 0;        // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
-  double kv_cache_gib = 0.0;   // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
+  int64_t speculative_tokens = 0;
+  int64_t kv_pages = 0;       // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
+  double kv_cache_gib = 0.0;  // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
   double gpu_memory_utilization = 0.90;    // of the GPU memory free after the weights: what serving may reserve
   std::optional<double> prefix_cache_gib;  // unset: the default (ServeMemoryOptions)
   bool no_prefix_cache = false, no_prefix_cache_answers = false;
@@ -80,10 +82,13 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(
       std::isfinite(a.gpu_memory_utilization) && a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0,
       "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
+  PLUMB_CHECK(a.speculative_tokens >= 0 && a.speculative_tokens <= kMaxSpeculativeTokens,
+              "--speculative-tokens must be in 0..{}, got {}", kMaxSpeculativeTokens, a.speculative_tokens);
   const auto backend = make_backend(a.device);
   // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
   LoadOptions load;
   load.check_weights = a.check_weights;
+  load.mtp = a.speculative_tokens > 0;
   const Qwen3NextModel model = a.model.open(*backend, load, /*quiet=*/true);
   const server::ModelText text =
       a.model.is_synthetic() ? server::ModelText::token_ids_only(fmt::format(
@@ -96,17 +101,21 @@ void run_serve(const ServeArgs& a) {
   scheduler.max_running = a.max_batch;
   scheduler.max_waiting = a.max_queue;
   scheduler.prefill_chunk = a.prefill_chunk;
-  scheduler.step_tokens = a.max_batch + 4 * a.prefill_chunk;
+  // Every decoding sequence's token and drafts, and room for prefill chunks beside them.
+  scheduler.speculative_tokens = a.speculative_tokens;
+  scheduler.step_tokens = a.max_batch * (1 + a.speculative_tokens) + 4 * a.prefill_chunk;
+  if (a.speculative_tokens > 0) runner.enable_drafting(std::make_unique<MtpDrafter>(model));
   // The scheduler counts the model's own pages, so what it admits is what the pool holds.
   scheduler.kv_page_tokens = kKvPageSize;
   PLUMB_CHECK(!a.prefix_cache_gib || (std::isfinite(*a.prefix_cache_gib) && *a.prefix_cache_gib >= 0.0),
               "--prefix-cache-gib must be a finite number of GiB, 0 or more, got {}", a.prefix_cache_gib.value_or(0.0));
   PLUMB_CHECK(!a.no_prefix_cache || !a.prefix_cache_gib, "--no-prefix-cache and --prefix-cache-gib {} disagree",
               a.prefix_cache_gib.value_or(0.0));
-  const ServeMemory memory = reserve_serve_memory(
-      {a.device, a.max_batch, scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
-       a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
-      model, runner, context);
+  const ServeMemory memory =
+      reserve_serve_memory({a.device, a.max_batch, a.speculative_tokens > 0 ? a.max_batch : 0, scheduler.step_tokens,
+                            a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
+                            a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
+                           model, runner, context);
   scheduler.kv_pages = memory.kv_pages;
   if (memory.prefix_cache.snapshots > 0) runner.enable_prefix_cache(memory.prefix_cache);
   Engine engine(runner, scheduler, EngineOptions{.prefill_answers = !a.no_prefix_cache_answers});
@@ -161,6 +170,7 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--http-workers", args->http.workers,
                     "threads running requests (streams hold one each); more complete requests wait");
   serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");
+  serve->add_option("--speculative-tokens", args->speculative_tokens, kSpeculativeTokensHelp);
   serve->add_option("--kv-pages", args->kv_pages,
                     "KV-cache pages of 64 positions, reserved at start (0: from --kv-cache-gib, else a full context "
                     "for every sequence, allocated as they grow)");

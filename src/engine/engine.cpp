@@ -15,8 +15,6 @@ namespace plumb {
 namespace {
 
 constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI allows
-constexpr int32_t kNoTokenAllowed = -2;  // a row whose constraint allowed no token
-constexpr int32_t kBadDraw = -3;         // a row whose runner drew an id outside the vocabulary
 
 // The drawn token's log-softmax and the `top` most likely tokens' (best first, ties to the lower id), from one row of
 // raw logits [V]; the normalizer is summed in double.
@@ -54,6 +52,10 @@ void RequestStream::push(EngineEvent event) {
 
 Engine::Engine(Runner& runner, SchedulerConfig config, EngineOptions options)
     : runner_(runner), scheduler_(config), options_(options) {
+  PLUMB_CHECK(config.speculative_tokens <= kMaxSpeculativeTokens, "speculative tokens must be in 0..{}, got {}",
+              kMaxSpeculativeTokens, config.speculative_tokens);
+  PLUMB_CHECK(config.speculative_tokens == 0 || runner.drafts_tokens(),
+              "speculative decoding needs a runner that drafts tokens (a model with its MTP head)");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -140,7 +142,8 @@ EngineStats Engine::stats() const {
                      prefix_hits_,
                      prefix_cached_tokens_,
                      static_cast<int64_t>(answers_.size() + answer_ids_.size()),
-                     answer_tokens_};
+                     answer_tokens_,
+                     speculation_};
 }
 
 bool Engine::keeps_prefixes() const {
@@ -268,6 +271,70 @@ std::optional<TokenDraw> runner_draw(const EngineRequest& r, uint64_t step) {
 
 }  // namespace
 
+// What one entry's rows drew: the tokens kept, in order, and how the request ends, if it does.
+struct Engine::Drawn {
+  std::vector<GeneratedToken> tokens;
+  std::optional<StopCause> finish;
+  std::string error;
+  int64_t rows = 1;      // rows drawn: the tokens kept and a stop token drawn
+  int64_t accepted = 0;  // drafts equal to the token drawn at their position
+};
+
+Engine::Drawn Engine::draw_rows(Active& a, const RunnerEntry& entry, std::span<const int32_t> drafts,
+                                std::span<const int32_t> runner_ids, const float* logits) {
+  const int64_t vocab = runner_.vocab_size();
+  const auto prompt_length = static_cast<int64_t>(a.request.prompt.size());
+  const std::vector<int32_t>& stops = a.request.stop_ids;
+  Drawn out;
+  // Row r's logits follow the entry's token and r drafts; its draw is plain decoding's next one, and the row after it
+  // counts only if that draw is the draft run there.
+  for (size_t r = 0; r <= drafts.size(); ++r) {
+    out.rows = static_cast<int64_t>(r) + 1;
+    const float* row = logits ? logits + static_cast<int64_t>(r) * vocab : nullptr;
+    int32_t id = 0;
+    if (entry.draw) {
+      id = runner_ids[r];
+      if (id < 0 || id >= vocab) {
+        out.error = fmt::format("the runner drew token {}, outside the vocabulary of {}", id, vocab);
+        break;
+      }
+    } else {
+      std::vector<float> masked;  // a copy: the raw row still gives the logprobs
+      const float* drawn_from = row;
+      if (a.request.constraint) {
+        masked.assign(row, row + vocab);
+        if (!a.request.constraint->mask(masked.data(), vocab)) {
+          out.error = "the constraint allows no token here";
+          break;
+        }
+        drawn_from = masked.data();
+      }
+      const auto generated = static_cast<uint64_t>(static_cast<int64_t>(a.tokens.size()) - prompt_length);
+      id = a.sampler.sample(drawn_from, vocab, a.tokens, generated, prompt_length);
+    }
+    const bool agrees = r < drafts.size() && id == drafts[r];
+    out.accepted += agrees ? 1 : 0;
+    a.tokens.push_back(id);  // a stop token is not streamed, but the next turn's prompt holds it after the answer
+    if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+      out.finish = StopCause::kStopToken;
+      break;
+    }
+    GeneratedToken token{id, 0.0f, {}};
+    if (a.request.top_logprobs >= 0) token = token_with_logprobs(row, vocab, id, a.request.top_logprobs);
+    if (a.request.constraint) {
+      if (!a.request.constraint->accept(id)) {
+        out.error = "the drawn token breaks the constraint";
+        break;
+      }
+      if (a.request.constraint->finished()) out.finish = StopCause::kConstraintDone;
+    }
+    out.tokens.push_back(std::move(token));
+    if (out.finish || !agrees) break;
+  }
+  if (!out.error.empty()) out.finish = StopCause::kError;
+  return out;
+}
+
 void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active) {
   std::vector<RunnerEntry> batch;  // [plan.work]
   for (size_t i = 0; i < plan.work.size(); ++i) {
@@ -280,6 +347,7 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
     if (samples && runner_.draws_tokens())
       entry.draw = runner_draw(a.request, static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size()));
     entry.logits = samples && !entry.draw;
+    entry.drafts = samples ? w.drafts : 0;
     batch.push_back(std::move(entry));
   }
   RunnerOutput output;
@@ -293,45 +361,47 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
   std::lock_guard lock(mutex_);
   ++steps_;
   const int64_t vocab = runner_.vocab_size();
-  std::vector<const float*> rows(plan.work.size(), nullptr);  // [work]: the logits of each entry that has them
+  // Each entry's rows: its token's, then one a draft; where its logits and draws start in the output.
+  std::vector<int64_t> logits_row(batch.size(), -1), drawn_row(batch.size(), 0);
   if (error.empty()) {
-    size_t next = 0;
-    for (size_t i = 0; i < batch.size(); ++i)
-      if (batch[i].logits) rows[i] = output.logits.data() + next++ * static_cast<size_t>(vocab);
-    if (output.drawn.size() != batch.size() || output.logits.size() != next * static_cast<size_t>(vocab))
-      error = fmt::format("the runner returned {} draws and {} logits for {} entries, {} of them with logits",
-                          output.drawn.size(), output.logits.size(), batch.size(), next);
+    if (output.drafts.empty()) output.drafts.resize(batch.size());
+    if (output.drafts.size() != batch.size())
+      error = fmt::format("the runner returned drafts for {} entries of {}", output.drafts.size(), batch.size());
+    int64_t logits_rows = 0, rows = 0;
+    for (size_t i = 0; i < batch.size() && error.empty(); ++i) {
+      const auto n = static_cast<int64_t>(output.drafts[i].size());
+      if (n > batch[i].drafts) error = fmt::format("the runner ran {} drafts where {} were asked", n, batch[i].drafts);
+      drawn_row[i] = rows;
+      rows += 1 + n;
+      if (!batch[i].logits) continue;
+      logits_row[i] = logits_rows;
+      logits_rows += 1 + n;
+    }
+    if (error.empty() && (output.drawn.size() != static_cast<size_t>(rows) ||
+                          output.logits.size() != static_cast<size_t>(logits_rows * vocab)))
+      error = fmt::format(
+          "the runner returned {} draws and {} logits for {} entries of {} rows, {} of them with logits",
+          output.drawn.size(), output.logits.size() / static_cast<size_t>(vocab), batch.size(), rows, logits_rows);
   }
-  // The host's draws first, each row on its own host thread (a 248K-token vocabulary takes milliseconds a row); a
-  // row's draw depends on nothing but its own logits, history and step, so the split cannot change a token.
-  std::vector<int32_t> sampled(plan.work.size(), -1);  // [work]
+  // The draws, each entry on its own host thread (a 248K-token vocabulary takes milliseconds a row); an entry's draws
+  // depend on nothing but its own logits, history and step, so the split cannot change a token.
+  std::vector<Drawn> drawn(plan.work.size());  // [work]
   if (error.empty()) {
     parallel_for(static_cast<int64_t>(plan.work.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const ScheduledWork& w = plan.work[i];
-        if (!w.samples || !active_.count(w.id) || active[i]->answer_from) continue;
-        if (batch[i].draw) {
-          const int32_t id = output.drawn[i];
-          sampled[i] = id >= 0 && id < vocab ? id : kBadDraw;
-          continue;
-        }
-        const Active& a = *active[i];
-        const auto generated = static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size());
-        const float* row = rows[i];
-        std::vector<float> masked;  // a copy: the raw row still gives the logprobs
-        if (a.request.constraint) {
-          masked.assign(row, row + vocab);
-          if (!a.request.constraint->mask(masked.data(), vocab)) {
-            sampled[i] = kNoTokenAllowed;
-            continue;
-          }
-          row = masked.data();
-        }
-        sampled[i] = a.sampler.sample(row, vocab, a.tokens, generated, static_cast<int64_t>(a.request.prompt.size()));
+        if (!batch[i].logits && !batch[i].draw) continue;
+        if (!active_.count(w.id)) continue;
+        const auto n = output.drafts[i].size();
+        const float* logits = batch[i].logits ? output.logits.data() + logits_row[i] * vocab : nullptr;
+        drawn[i] =
+            draw_rows(*active[i], batch[i], output.drafts[i],
+                      std::span<const int32_t>(output.drawn).subspan(static_cast<size_t>(drawn_row[i]), n + 1), logits);
       }
     });
   }
   std::vector<std::pair<SequenceId, EngineEvent>> events;  // sent after complete() has retired what is done
+  std::vector<int64_t> rows_drawn(plan.work.size(), 1);    // [work]
   for (size_t i = 0; i < plan.work.size(); ++i) {
     const ScheduledWork& w = plan.work[i];
     if (!active_.count(w.id)) continue;  // cancelled during the step
@@ -341,55 +411,49 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
       continue;
     }
     if (a.answer_from) answer_tokens_ += w.count;
-    if (!w.samples || a.answer_from) continue;
-    const int32_t id = sampled[i];
-    if (id == kBadDraw) {
-      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError,
-                                          fmt::format("the runner drew token {}, outside the vocabulary of {}",
-                                                      output.drawn[i], vocab)}});
-      continue;
-    }
-    if (id == kNoTokenAllowed) {
-      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, "the constraint allows no token here"}});
-      continue;
-    }
-    const std::vector<int32_t>& stops = a.request.stop_ids;
-    if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-      a.tokens.push_back(id);  // not streamed, but the next turn's prompt holds it after the answer
-      events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kStopToken, {}}});
-      continue;
-    }
-    a.tokens.push_back(id);
-    GeneratedToken token{id, 0.0f, {}};
-    if (a.request.top_logprobs >= 0) token = token_with_logprobs(rows[i], vocab, id, a.request.top_logprobs);
-    std::optional<StopCause> finish;
-    if (a.request.constraint) {
-      if (!a.request.constraint->accept(id)) {
-        events.push_back({w.id, EngineEvent{std::nullopt, StopCause::kError, "the drawn token breaks the constraint"}});
-        continue;
+    if (!batch[i].logits && !batch[i].draw) continue;
+    Drawn& d = drawn[i];
+    rows_drawn[i] = d.rows;
+    if (!output.drafts[i].empty()) {
+      const SpeculationStats step{1, static_cast<int64_t>(output.drafts[i].size()), d.accepted};
+      for (SpeculationStats* s : {&a.speculation, &speculation_}) {
+        s->steps += step.steps;
+        s->drafted += step.drafted;
+        s->accepted += step.accepted;
       }
-      if (a.request.constraint->finished()) finish = StopCause::kConstraintDone;
     }
-    events.push_back({w.id, EngineEvent{token, finish, {}}});
+    for (size_t t = 0; t < d.tokens.size(); ++t)
+      events.push_back({w.id, EngineEvent{std::move(d.tokens[t]), std::nullopt, {}}});
+    if (d.finish) {
+      if (d.finish == StopCause::kConstraintDone) {
+        events.back().second.finish = d.finish;  // its last event carries the last token
+      } else {
+        events.push_back({w.id, EngineEvent{std::nullopt, d.finish, d.error}});
+      }
+    }
   }
   // Before anything ends: every sequence of the step still holds its state.
   if (error.empty()) offer_prefixes(plan, active);
   for (const auto& [id, event] : events)
     if (event.finish) scheduler_.finish(id);
-  const std::vector<SequenceId> retired = scheduler_.complete(plan);
+  const std::vector<SequenceId> retired = scheduler_.complete(plan, rows_drawn);
   for (const SequenceId id : retired)
     if (const auto it = active_.find(id); it != active_.end() && it->second->answer_from)
       end(id, EngineEvent{std::nullopt, StopCause::kLength, {}});
+  // A retired request's last event ends it for its length (a constraint that is done has the last word on why).
+  for (const SequenceId id : retired) {
+    const auto last = std::find_if(events.rbegin(), events.rend(), [&](const auto& e) { return e.first == id; });
+    if (last != events.rend() && last->second.finish != StopCause::kConstraintDone)
+      last->second.finish = StopCause::kLength;
+  }
   for (auto& [id, event] : events) {
     Active& a = *active_.at(id);
     event.cached_tokens = std::exchange(a.unreported_cached_tokens, std::nullopt);
-    // A constraint that is done has the last word on why.
-    if (std::find(retired.begin(), retired.end(), id) != retired.end() && event.finish != StopCause::kConstraintDone)
-      event.finish = StopCause::kLength;
     if (event.finish) {
+      event.speculation = a.speculation;
       end(id, std::move(event));
     } else {
-      active_.at(id)->stream->push(std::move(event));
+      a.stream->push(std::move(event));
     }
   }
 }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -60,6 +61,8 @@ struct EngineEvent {
   // On the request's first event after it was admitted: the prompt tokens its state started from, kept by the
   // runner's prefix cache (0 when it ran the whole prompt).
   std::optional<int64_t> cached_tokens = std::nullopt;
+  // On the request's last event: how its speculative decoding went (all zero without it).
+  SpeculationStats speculation = {};
 };
 
 // A thread-safe queue of one request's events.
@@ -116,11 +119,15 @@ struct EngineStats {
   int64_t prefix_cached_tokens = 0;  // prompt tokens those requests did not run
   int64_t answers_pending = 0;       // finished answers waiting to be re-run or re-running (included in running)
   int64_t answer_tokens = 0;         // answer tokens re-run as prompts while idle
+  SpeculationStats speculation;      // every request's speculative decoding so far
 };
 
 class Engine {
  public:
-  // Starts the step thread. `runner` must have at least config.max_running slots and outlive the engine.
+  // Starts the step thread. `runner` must have at least config.max_running slots and outlive the engine. With
+  // config.speculative_tokens (at most kMaxSpeculativeTokens, and only over a runner that drafts), every decoding
+  // request has that many tokens drafted a step, and draws the rows verified in order, exactly as plain decoding
+  // draws them, keeping drafts while each equals the token drawn before it: the tokens are plain decoding's.
   Engine(Runner& runner, SchedulerConfig config, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
@@ -136,6 +143,7 @@ class Engine {
   EngineStats stats() const;
   int64_t vocab_size() const { return runner_.vocab_size(); }
   int64_t max_context() const { return runner_.max_context(); }
+  int64_t speculative_tokens() const { return scheduler_.config().speculative_tokens; }
 
  private:
   struct Active {
@@ -148,7 +156,14 @@ class Engine {
     std::optional<int64_t> unreported_cached_tokens = std::nullopt;
     // A finished answer re-run as a prompt (no client's request): the kept boundary it must resume from, at least.
     std::optional<int64_t> answer_from = std::nullopt;
+    SpeculationStats speculation = {};
   };
+  struct Drawn;
+  // An entry's draws, row after row (its token's, then each draft's while the draws agree with them), made as plain
+  // decoding makes them: stop ids, the constraint, logprobs. runner_ids [rows]: the runner's draws, if it drew;
+  // logits [rows, V], if they came back. Touches `a` alone, so entries draw in parallel.
+  Drawn draw_rows(Active& a, const RunnerEntry& entry, std::span<const int32_t> drafts,
+                  std::span<const int32_t> runner_ids, const float* logits);
   // A finished request's prompt and answer up to their last 64-token boundary, and its prompt's last boundary.
   struct Answer {
     std::vector<int32_t> tokens;
@@ -186,6 +201,7 @@ class Engine {
   std::deque<Answer> answers_;          // waiting to be re-run, oldest first
   std::vector<SequenceId> answer_ids_;  // re-runs the scheduler holds
   int64_t answer_tokens_ = 0;
+  SpeculationStats speculation_;
   std::thread thread_;
 };
 

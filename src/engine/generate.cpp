@@ -136,10 +136,12 @@ GenerateResult run_speculative(const Qwen3NextModel& model, SequenceState state,
     const bool over = !drawn || draws.left() == 0;
     // k drafts make at most k + 1 tokens, within the limit.
     const int64_t count = over ? 0 : std::min(options.speculative_tokens, draws.left() - 1);
-    const std::vector<int32_t> drafts = drafter.propose(s, from, next_ids, hidden, count);
+    const std::vector<std::vector<int32_t>> proposed =
+        drafter.propose({DraftRequest{&s, from, next_ids, hidden, count}});
     if (over) break;
-    PLUMB_CHECK(static_cast<int64_t>(drafts.size()) <= count, "a drafter proposed {} tokens where {} were asked",
-                drafts.size(), count);
+    PLUMB_CHECK(proposed.size() == 1 && static_cast<int64_t>(proposed[0].size()) <= count,
+                "a drafter proposed {} tokens where {} were asked", proposed.empty() ? 0 : proposed[0].size(), count);
+    const std::vector<int32_t>& drafts = proposed[0];
     std::vector<int32_t> verify = {*drawn};
     verify.insert(verify.end(), drafts.begin(), drafts.end());
     from = s.position;

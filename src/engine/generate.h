@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "loader/load_model.h"
 #include "model/qwen3_next.h"
 
@@ -21,14 +22,6 @@ struct GenerateOptions {
   // tokens are the same either way.
   int64_t speculative_tokens = 0;
 };
-constexpr int64_t kMaxSpeculativeTokens = 8;
-
-// How speculative decoding went: forward steps that verified drafts, drafts proposed, drafts kept.
-struct SpeculationStats {
-  int64_t steps = 0;
-  int64_t drafted = 0;
-  int64_t accepted = 0;
-};
 
 enum class FinishReason { kLength, kStop };
 
@@ -39,8 +32,6 @@ struct GenerateResult {
   SequenceState state;                // the sequence's state after its last forward step
   SpeculationStats speculation;       // all zero without speculative decoding
 };
-
-class Drafter;
 
 // Throws unless `options` are valid (its sampling parameters included) and a prompt of `prompt_tokens` tokens plus
 // options.max_tokens fit `config`'s context. generate() checks this first; a caller may check it before loading the

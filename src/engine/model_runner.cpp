@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 
@@ -34,39 +35,74 @@ void ModelRunner::warm_up(int64_t prefill_tokens) {
   graphs_.forward({{&state, std::vector<int32_t>(static_cast<size_t>(prefill_tokens), 0)}}, {TokenDraw{}});
 }
 
+void ModelRunner::enable_drafting(std::unique_ptr<Drafter> drafter) {
+  PLUMB_CHECK(drafter != nullptr, "enable_drafting: no drafter");
+  drafter_ = std::move(drafter);
+  trails_.clear();
+  trails_.resize(states_.size());
+}
+
 RunnerOutput ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
   try {
-    return run(batch);
+    const std::vector<SequenceState*> states = states_for(batch);
+    return drafter_ ? run_drafting(batch, states) : run(batch);
   } catch (...) {
     // A forward that stops part-way has advanced some layers' states (and may have taken KV pages) but not others:
     // no slot of the batch may be continued from that, so each one is emptied and its pages go back to the pool.
-    for (const RunnerEntry& e : batch)
-      if (e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size()) states_[static_cast<size_t>(e.slot)].reset();
+    for (const RunnerEntry& e : batch) {
+      if (e.slot < 0 || static_cast<size_t>(e.slot) >= states_.size()) continue;
+      states_[static_cast<size_t>(e.slot)].reset();
+      if (drafter_) trails_[static_cast<size_t>(e.slot)] = DraftTrail{};
+    }
     throw;
   }
 }
 
-// One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
-RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
-  std::vector<SequenceInput> inputs;
-  std::vector<TokenDraw> draws;  // [entries] when any entry draws: the others draw greedily, unread
+std::vector<SequenceState*> ModelRunner::states_for(const std::vector<RunnerEntry>& batch) {
+  std::vector<SequenceState*> states;  // [entries]
   for (const RunnerEntry& e : batch) {
     PLUMB_CHECK(e.slot >= 0 && static_cast<size_t>(e.slot) < states_.size(), "state slot {} out of range", e.slot);
+    PLUMB_CHECK(!e.tokens.empty(), "slot {}: an entry with no tokens", e.slot);
     std::optional<SequenceState>& state = states_[static_cast<size_t>(e.slot)];
     // A fresh sequence replaces the slot's old state, whose recurrent slot and KV pages go back to their pools first,
     // so a runner of N slots never holds more than N sequences' state.
     if (e.start == 0) {
       state.reset();
       state = model_.new_sequence();
+      if (drafter_) trails_[static_cast<size_t>(e.slot)] = DraftTrail{};
     }
     PLUMB_CHECK(state,
                 "slot {} holds no sequence (released, or emptied by a failed forward): it can start at 0, not {}",
                 e.slot, e.start);
-    PLUMB_CHECK(state->position == e.start, "slot {}: asked to continue at {} but the state is at {}", e.slot, e.start,
-                state->position);
+    // A slot whose verification is not settled is ahead of its entry until run_drafting settles it.
+    const bool settles = drafter_ && trails_[static_cast<size_t>(e.slot)].snapshot;
+    PLUMB_CHECK(settles || state->position == e.start, "slot {}: asked to continue at {} but the state is at {}",
+                e.slot, e.start, state->position);
     PLUMB_CHECK(!e.draw || draws_tokens(), "slot {}: the runner on the CPU draws no tokens", e.slot);
-    inputs.push_back({&*state, e.tokens});
+    PLUMB_CHECK(e.drafts == 0 || (drafter_ && e.tokens.size() == 1 && e.drafts <= kMaxSpeculativeTokens),
+                "slot {}: {} drafts asked after {} tokens (at most {} after one, and only of a runner that drafts)",
+                e.slot, e.drafts, e.tokens.size(), kMaxSpeculativeTokens);
+    states.push_back(&*state);
   }
+  return states;
+}
+
+namespace {
+
+// Rows [begin, end) of `src` [R, V] in the backend's memory, into `dst` on the host.
+void copy_rows(Backend& backend, const Tensor& src, int64_t begin, int64_t end, float* dst) {
+  Tensor host(DType::kF32, {end - begin, src.dim(1)}, Device::kCpu, dst, nullptr);
+  backend.copy(src.rows(begin, end), host);
+}
+
+}  // namespace
+
+// One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
+RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
+  std::vector<SequenceInput> inputs;
+  std::vector<TokenDraw> draws;  // [entries] when any entry draws: the others draw greedily, unread
+  for (size_t i = 0; i < batch.size(); ++i)
+    inputs.push_back({&*states_[static_cast<size_t>(batch[i].slot)], batch[i].tokens});
   RunnerOutput out;
   if (inputs.empty()) return out;
   const bool any_draw =
@@ -75,6 +111,7 @@ RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
     for (const RunnerEntry& e : batch) draws.push_back(e.draw.value_or(TokenDraw{}));
   const StepOutput step = graphs_.forward(inputs, draws);  // logits [entries, V], ids [entries]
   Backend& backend = model_.backend();
+  out.drafts.resize(batch.size());
   out.drawn.assign(batch.size(), -1);
   if (any_draw) {
     std::vector<int32_t> ids(batch.size());
@@ -97,8 +134,8 @@ RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
     size_t end = i;
     while (end < batch.size() && batch[end].logits) ++end;
     const auto rows = static_cast<int64_t>(end - i);
-    Tensor host(DType::kF32, {rows, vocab}, Device::kCpu, out.logits.data() + filled * vocab, nullptr);
-    backend.copy(step.logits.rows(static_cast<int64_t>(i), static_cast<int64_t>(end)), host);
+    copy_rows(backend, step.logits, static_cast<int64_t>(i), static_cast<int64_t>(end),
+              out.logits.data() + filled * vocab);
     filled += rows;
     i = end;
   }
@@ -108,9 +145,133 @@ RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
   return out;
 }
 
+RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
+                                       const std::vector<SequenceState*>& states) {
+  Backend& backend = model_.backend();
+  const int64_t vocab = model_.config().vocab_size;
+  // Settle last steps' verifications: the rows kept are those the slot's entry starts after. Where some were not,
+  // the state goes back to its snapshot and the kept rows run again, all such slots in one call.
+  std::vector<SequenceInput> reruns;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const RunnerEntry& e = batch[i];
+    DraftTrail& t = trails_[static_cast<size_t>(e.slot)];
+    if (!t.snapshot) continue;
+    const int64_t kept = e.start - t.from, ran = static_cast<int64_t>(t.ids.size());
+    PLUMB_CHECK(kept >= 1 && kept <= ran, "slot {}: continues at {}, but its verification ran positions [{}, {})",
+                e.slot, e.start, t.from, t.from + ran);
+    if (kept < ran) {
+      model_.recurrent_pool().copy(t.snapshot->id(), states[i]->recurrent_slot.id());
+      states[i]->position = t.from;
+      t.ids.resize(static_cast<size_t>(kept));
+      t.hidden = t.hidden.rows(0, kept);
+      reruns.push_back({states[i], t.ids});
+    }
+    t.snapshot.reset();
+  }
+  if (!reruns.empty()) model_.forward(reruns, LogitsRows::kLast, GdnAlgorithm::kRecurrent);
+
+  // Show the drafter the rows run since it last saw each slot, each with the token after it, and take its drafts.
+  RunnerOutput out;
+  out.drafts.resize(batch.size());
+  std::vector<DraftRequest> requests;
+  std::vector<size_t> requested;  // [requests]: entry index
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const DraftTrail& t = trails_[static_cast<size_t>(batch[i].slot)];
+    if (t.ids.empty()) continue;
+    std::vector<int32_t> next(t.ids.begin() + 1, t.ids.end());
+    next.push_back(batch[i].tokens.front());
+    requests.push_back({states[i], t.from, std::move(next), t.hidden, batch[i].drafts});
+    requested.push_back(i);
+  }
+  if (!requests.empty()) {
+    std::vector<std::vector<int32_t>> proposed = drafter_->propose(requests);
+    PLUMB_CHECK(proposed.size() == requests.size(), "the drafter answered {} of {} requests", proposed.size(),
+                requests.size());
+    for (size_t r = 0; r < requests.size(); ++r) {
+      PLUMB_CHECK(static_cast<int64_t>(proposed[r].size()) <= requests[r].count,
+                  "the drafter proposed {} tokens where {} were asked", proposed[r].size(), requests[r].count);
+      for (int32_t id : proposed[r])
+        PLUMB_CHECK(id >= 0 && id < vocab, "the drafter proposed token {}, outside the vocabulary of {}", id, vocab);
+      out.drafts[requested[r]] = std::move(proposed[r]);
+    }
+  }
+
+  // Two calls at most: verifications under the decode rule (a row's arithmetic is then a decode step's, whatever
+  // runs beside it in the call), the rest under the chunk rule, which for a lone token is the same arithmetic.
+  struct Group {
+    std::vector<SequenceInput> inputs;
+    std::vector<TokenDraw> draws;  // [logits rows] when any entry draws
+    Tensor logits, hidden, ids;    // [rows, V], [Σ T, H], [rows]
+    std::vector<int32_t> host_ids;
+  };
+  std::array<Group, 2> groups;  // [0]: the chunk rule, one logits row an entry; [1]: verifications, every row's
+  struct Place {
+    size_t group = 0;
+    int64_t row = 0, hidden_row = 0, rows = 1;  // its first logits row, first hidden row, and logits rows
+  };
+  std::vector<Place> places(batch.size());
+  std::array<int64_t, 2> hidden_rows{0, 0};
+  const bool any_draw =
+      std::any_of(batch.begin(), batch.end(), [](const RunnerEntry& e) { return e.draw.has_value(); });
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const RunnerEntry& e = batch[i];
+    const std::vector<int32_t>& drafts = out.drafts[i];
+    const size_t g = drafts.empty() ? 0 : 1;
+    std::vector<int32_t> tokens = e.tokens;  // [T]
+    tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+    DraftTrail& t = trails_[static_cast<size_t>(e.slot)];
+    if (g == 1) t.snapshot.emplace(states[i]->recurrent_slot.pool(), states[i]->recurrent_slot.id());
+    t.from = e.start;
+    t.ids = tokens;
+    const auto T = static_cast<int64_t>(tokens.size());
+    Group& group = groups[g];
+    places[i] = {g, g == 1 ? static_cast<int64_t>(group.draws.size()) : static_cast<int64_t>(group.inputs.size()),
+                 hidden_rows[g], g == 1 ? T : 1};
+    hidden_rows[g] += T;
+    group.inputs.push_back({states[i], std::move(tokens)});
+    // Row r of a verification draws as plain decoding's r-th step from here would.
+    for (int64_t r = 0; r < places[i].rows; ++r) {
+      TokenDraw draw = e.draw.value_or(TokenDraw{});
+      draw.step += static_cast<uint64_t>(r);
+      group.draws.push_back(draw);
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Group& group = groups[g];
+    if (group.inputs.empty()) continue;
+    group.logits = g == 1 ? model_.forward(group.inputs, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &group.hidden)
+                          : model_.forward(group.inputs, LogitsRows::kLast, GdnAlgorithm::kChunked, &group.hidden);
+    if (!any_draw) continue;
+    group.ids = backend.empty(DType::kI32, {group.logits.dim(0)});
+    backend.sample_tokens(group.logits, group.draws, group.ids);
+    group.host_ids.resize(static_cast<size_t>(group.logits.dim(0)));
+    Tensor host(DType::kI32, {group.logits.dim(0)}, Device::kCpu, group.host_ids.data(), nullptr);
+    backend.copy(group.ids, host);
+  }
+
+  int64_t wanted = 0;  // logits rows that go back
+  for (size_t i = 0; i < batch.size(); ++i) wanted += batch[i].logits ? places[i].rows : 0;
+  out.logits.resize(static_cast<size_t>(wanted * vocab));
+  int64_t filled = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Place& p = places[i];
+    const Group& group = groups[p.group];
+    const auto T = static_cast<int64_t>(trails_[static_cast<size_t>(batch[i].slot)].ids.size());
+    trails_[static_cast<size_t>(batch[i].slot)].hidden = group.hidden.rows(p.hidden_row, p.hidden_row + T);
+    for (int64_t r = 0; r < p.rows; ++r)
+      out.drawn.push_back(batch[i].draw ? group.host_ids[static_cast<size_t>(p.row + r)] : -1);
+    if (!batch[i].logits) continue;
+    copy_rows(backend, group.logits, p.row, p.row + p.rows, out.logits.data() + filled * vocab);
+    filled += p.rows;
+  }
+  if (!any_draw && wanted == 0) backend.synchronize();  // as run(): a failure surfaces in this call
+  return out;
+}
+
 void ModelRunner::release(int32_t slot) {
   PLUMB_CHECK(slot >= 0 && static_cast<size_t>(slot) < states_.size(), "state slot {} out of range", slot);
   states_[static_cast<size_t>(slot)].reset();
+  if (drafter_) trails_[static_cast<size_t>(slot)] = DraftTrail{};
 }
 
 int64_t ModelRunner::start_from_cache(int32_t slot, std::span<const int32_t> prompt) {

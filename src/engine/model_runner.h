@@ -5,11 +5,13 @@
 // for rows that need no host draw; the CPU leaves every draw to the engine's host sampler.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "engine/prefix_cache.h"
 #include "engine/runner.h"
+#include "engine/speculative.h"
 #include "engine/step_graphs.h"
 #include "model/qwen3_next.h"
 
@@ -20,6 +22,14 @@ class ModelRunner final : public Runner {
   ModelRunner(const Qwen3NextModel& model, int32_t slots, StepGraphOptions graphs = {});
   // From now on a PrefixCache of `limits` serves start_from_cache and offer_prefix (without one they keep nothing).
   void enable_prefix_cache(PrefixCacheLimits limits);
+  // From now on entries may ask for drafts (RunnerEntry::drafts), which `drafter` proposes. Every sequence's tokens
+  // are then shown to it as they run, so that its own cache keeps up, and every step runs eagerly (no graph replays).
+  // A verification that kept fewer rows than it ran is rolled back when the slot's next entry comes: its recurrent
+  // state from a snapshot taken before it (a copy by index in the state pool), and its kept rows run again on top in
+  // a call of their own, which rewrites their keys and values with the same bits. A snapshot takes a slot of the
+  // state pool while its verification is unsettled: one a slot at most, which a server reserves beside the slots.
+  void enable_drafting(std::unique_ptr<Drafter> drafter);
+  bool drafts_tokens() const override { return drafter_ != nullptr; }
   int64_t vocab_size() const override;
   int64_t max_context() const override;
   bool draws_tokens() const override;
@@ -40,10 +50,26 @@ class ModelRunner final : public Runner {
   std::optional<PrefixCacheStats> prefix_cache_stats() const;
 
  private:
+  // What drafting keeps of a slot between calls.
+  struct DraftTrail {
+    int64_t from = 0;          // the first position not yet shown to the drafter
+    std::vector<int32_t> ids;  // [n] the tokens run at positions from, from + 1, ...
+    Tensor hidden;             // [n, H] their final hidden states
+    // A verification not yet settled: the state before its rows (at `from`), taken until the slot's next entry says
+    // how many of them were kept.
+    std::optional<RecurrentSlot> snapshot;
+  };
   RunnerOutput run(const std::vector<RunnerEntry>& batch);
+  // run() with a drafter: settles the slots' last verifications, shows the drafter what ran and takes its drafts,
+  // then runs the batch, verifications under the decode rule.
+  RunnerOutput run_drafting(const std::vector<RunnerEntry>& batch, const std::vector<SequenceState*>& states);
+  // Each entry's state, a fresh one for an entry that starts at 0, checked against the entry.
+  std::vector<SequenceState*> states_for(const std::vector<RunnerEntry>& batch);
 
   const Qwen3NextModel& model_;
   std::vector<std::optional<SequenceState>> states_;  // [slots]
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<DraftTrail> trails_;  // [slots] with a drafter
   StepGraphs graphs_;
   std::optional<PrefixCache> cache_;
 };

@@ -12,6 +12,14 @@
 
 namespace plumb {
 
+// How speculative decoding went: forward steps that verified drafts, drafts proposed, drafts kept.
+struct SpeculationStats {
+  int64_t steps = 0;
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+};
+constexpr int64_t kMaxSpeculativeTokens = 8;  // draft tokens a step at most
+
 struct RunnerEntry {
   int32_t slot = 0;             // the sequence's state slot
   int64_t start = 0;            // position of tokens[0]; 0 starts a fresh sequence in the slot
@@ -20,11 +28,19 @@ struct RunnerEntry {
   // Set: the runner draws the next token from the last token's logits itself (where they are, so they need not
   // travel) and returns it in RunnerOutput::drawn. Only where Runner::draws_tokens().
   std::optional<TokenDraw> draw = std::nullopt;
+  // Speculative decoding (only where Runner::drafts_tokens(), for an entry of one token): the runner may propose up to
+  // this many draft tokens for the positions after it and run them in the same call, each row with the arithmetic a
+  // decode step of it alone would take. Each draft adds a row to the entry's results: its logits, and its draw (the
+  // draw's step counting on by one a row). The next entry for the slot starts after the tokens the caller kept: the
+  // entry's token and the drafts that agreed with the draws before them; the runner rolls the rest back.
+  int64_t drafts = 0;
 };
 
+// An entry's rows are its last token's and then its drafts', 1 + drafts[entry].size() of them.
 struct RunnerOutput {
-  std::vector<int32_t> drawn;  // [entries]: the token drawn for an entry with a draw, -1 for the others
-  std::vector<float> logits;   // [entries with logits, vocab] row-major, in entry order
+  std::vector<std::vector<int32_t>> drafts;  // [entries]: the drafts each entry ran (empty unless it asked)
+  std::vector<int32_t> drawn;                // [rows of every entry]: each row's draw, -1 for an entry without one
+  std::vector<float> logits;                 // [rows of the entries with logits, vocab] row-major, in entry order
 };
 
 class Runner {
@@ -34,6 +50,8 @@ class Runner {
   virtual int64_t max_context() const = 0;  // most tokens (prompt + generated) one sequence may hold
   // Whether entries may carry a draw: the runner then draws as Backend::sample_tokens defines it.
   virtual bool draws_tokens() const { return false; }
+  // Whether entries may ask for drafts (RunnerEntry::drafts).
+  virtual bool drafts_tokens() const { return false; }
   // Runs every entry. On failure it throws plumb::Error and leaves every slot of the batch empty, so nothing
   // half-advanced can be continued: a later entry for such a slot must start at 0.
   virtual RunnerOutput forward(const std::vector<RunnerEntry>& batch) = 0;

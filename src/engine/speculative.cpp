@@ -1,5 +1,8 @@
 #include "engine/speculative.h"
 
+#include <cstdint>
+#include <numeric>
+
 #include "core/error.h"
 #include "engine/sampler.h"
 
@@ -11,30 +14,82 @@ MtpDrafter::MtpDrafter(const Qwen3NextModel& model) : model_(model) {
               "loaded");
 }
 
-std::vector<int32_t> MtpDrafter::propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
-                                         const Tensor& hidden, int64_t count) {
-  PLUMB_CHECK(from >= 0 && from + static_cast<int64_t>(next_ids.size()) == state.position &&
-                  hidden.dim(0) == static_cast<int64_t>(next_ids.size()),
-              "MtpDrafter: {} tokens and {} hidden states after position {} for a sequence at {}", next_ids.size(),
-              hidden.dim(0), from, state.position);
-  // The head's row at position p reads its cache at [0, p]: with a hole before `from` it would read what the pool
-  // held there, so such a sequence is not drafted for.
-  if (state.draft_position != from) return {};
+std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftRequest>& batch) {
   Backend& be = model_.backend();
   const int64_t vocab = model_.config().vocab_size;
-  Tensor last_hidden;  // [1, H] the head's normed state at its last row: the next draft step's hidden state
-  // The positions just run, each with the token after it: the head's cache catches up, and its last row drafts the
-  // token after the one just drawn.
-  Tensor logits = be.download(model_.draft({DraftInput{&state, from, next_ids}}, hidden, last_hidden));  // [1, V]
-  state.draft_position = state.position;
-  std::vector<int32_t> drafts;
-  while (static_cast<int64_t>(drafts.size()) < count) {
-    drafts.push_back(static_cast<int32_t>(first_max_index(logits.f32(), vocab)));
-    if (static_cast<int64_t>(drafts.size()) == count) break;
-    // The draft at position state.position + i - 1 (after i drafts) from the one before it and the head's state.
-    const int64_t position = state.position + static_cast<int64_t>(drafts.size()) - 1;
-    const Tensor previous = last_hidden;
-    logits = be.download(model_.draft({DraftInput{&state, position, {drafts.back()}}}, previous, last_hidden));
+  const int64_t H = model_.config().hidden_size;
+  std::vector<std::vector<int32_t>> drafts(batch.size());
+  // The requests the head can serve: the head's row at position p reads its cache at [0, p], so one with a hole
+  // before `from` would read what the pool held there; such a sequence is not drafted for.
+  std::vector<size_t> served;
+  std::vector<DraftInput> inputs;
+  std::vector<Tensor> sources;  // [served] each one's hidden states
+  int64_t rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const DraftRequest& r = batch[i];
+    const auto n = static_cast<int64_t>(r.next_ids.size());
+    PLUMB_CHECK(r.state && r.from >= 0 && n > 0 && r.hidden.rank() == 2 && r.hidden.dim(0) == n,
+                "MtpDrafter: {} tokens and hidden states {} after position {}", n, shape_str(r.hidden.shape()), r.from);
+    if (r.state->draft_position != r.from) continue;
+    served.push_back(i);
+    inputs.push_back({r.state, r.from, r.next_ids});
+    sources.push_back(r.hidden);
+    rows += n;
+  }
+  if (served.empty()) return drafts;
+  // The positions just run, each with the token after it: the head's cache catches up, and each sequence's last row
+  // drafts the token after the one just drawn.
+  Tensor hidden = sources.front();  // [rows, H]
+  if (sources.size() > 1) {
+    hidden = be.empty(DType::kF32, {rows, H});
+    std::vector<Tensor> parts;
+    int64_t row = 0;
+    for (const Tensor& s : sources) {
+      parts.push_back(hidden.rows(row, row + s.dim(0)));
+      row += s.dim(0);
+    }
+    be.copy_all(sources, parts);
+  }
+  Tensor last_hidden;  // [served, H] each one's normed last-row state
+  Tensor logits = be.download(model_.draft(inputs, hidden, last_hidden));  // [served, V]
+  std::vector<int64_t> next_position(served.size());                       // where each one's next draft step runs
+  for (size_t s = 0; s < served.size(); ++s) {
+    const DraftRequest& r = batch[served[s]];
+    r.state->draft_position = r.from + static_cast<int64_t>(r.next_ids.size());
+    next_position[s] = r.state->draft_position;
+  }
+  // Draft steps: each request still short of its count runs its last draft beside its head state of the step before.
+  std::vector<size_t> live(served.size());  // [rows of logits and last_hidden]: indices into served
+  std::iota(live.begin(), live.end(), size_t{0});
+  for (;;) {
+    std::vector<size_t> more;       // the served requests that draft again
+    std::vector<Tensor> more_rows;  // their rows of last_hidden
+    for (size_t m = 0; m < live.size(); ++m) {
+      const size_t s = live[m];
+      std::vector<int32_t>& d = drafts[served[s]];
+      const int64_t count = batch[served[s]].count;
+      if (static_cast<int64_t>(d.size()) >= count) continue;  // a count of 0 only caught up
+      d.push_back(static_cast<int32_t>(first_max_index(logits.f32() + static_cast<int64_t>(m) * vocab, vocab)));
+      if (static_cast<int64_t>(d.size()) == count) continue;
+      more.push_back(s);
+      more_rows.push_back(last_hidden.rows(static_cast<int64_t>(m), static_cast<int64_t>(m) + 1));
+    }
+    if (more.empty()) break;
+    Tensor previous = last_hidden;  // [more, H]
+    if (more.size() != live.size()) {
+      previous = be.empty(DType::kF32, {static_cast<int64_t>(more.size()), H});
+      std::vector<Tensor> to_rows;
+      for (size_t m = 0; m < more.size(); ++m)
+        to_rows.push_back(previous.rows(static_cast<int64_t>(m), static_cast<int64_t>(m) + 1));
+      be.copy_all(more_rows, to_rows);
+    }
+    // The draft at position p + i - 1 (after i drafts, p the position of the token just drawn), from the one before
+    // it and the head's state there.
+    std::vector<DraftInput> step;
+    for (const size_t s : more)
+      step.push_back({batch[served[s]].state, next_position[s]++, {drafts[served[s]].back()}});
+    logits = be.download(model_.draft(step, previous, last_hidden));
+    live = std::move(more);
   }
   return drafts;
 }

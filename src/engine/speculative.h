@@ -15,30 +15,38 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/runner.h"
 #include "model/qwen3_next.h"
 
 namespace plumb {
 
+// One sequence's part of a drafting call. The main model has run positions [from, from + n) of `state` since the
+// drafter last saw it: hidden [n, H] holds their final hidden states, and next_ids [n] the tokens at positions
+// from + 1 .. from + n (the last one drawn from position from + n - 1's logits and not yet run). Drafts are proposed
+// for positions from + n + 1 onwards.
+struct DraftRequest {
+  SequenceState* state = nullptr;
+  int64_t from = 0;
+  std::vector<int32_t> next_ids;
+  Tensor hidden;
+  int64_t count = 0;  // drafts wanted; 0: the drafter only sees the tokens run
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // The main model has just run positions [from, state.position) of `state`: hidden [state.position - from, H] holds
-  // their final hidden states, and next_ids the tokens at positions from + 1 .. state.position (the last one drawn
-  // from the last position's logits and not yet run). Returns at most `count` tokens proposed for positions
-  // state.position + 1 onwards (count may be 0: the drafter still sees the tokens run).
-  virtual std::vector<int32_t> propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
-                                       const Tensor& hidden, int64_t count) = 0;
+  // For each request, at most its count tokens, in request order.
+  virtual std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) = 0;
 };
 
-// Drafts with the model's multi-token-prediction head, greedily (the head's argmax, ties to the lowest id). The head's
-// own cache must hold every position before `from`: it does for a sequence that ran all its tokens through this
-// drafter (SequenceState::draft_position). A sequence that did not, such as one continued from a plain run, gets no
-// drafts and decodes one token a step.
+// Drafts with the model's multi-token-prediction head, greedily (the head's argmax, ties to the lowest id), every
+// request of a call in one batched head call a draft step. The head's own cache must hold every position before
+// `from`: it does for a sequence that ran all its tokens through this drafter (SequenceState::draft_position). A
+// sequence that did not, such as one continued from a plain run, gets no drafts and decodes one token a step.
 class MtpDrafter : public Drafter {
  public:
   explicit MtpDrafter(const Qwen3NextModel& model);
-  std::vector<int32_t> propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
-                               const Tensor& hidden, int64_t count) override;
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override;
 
  private:
   const Qwen3NextModel& model_;

@@ -78,7 +78,8 @@ class GenerationRun {
   OutputParser parser_;
   bool client_gone_ = false;
   int64_t completion_tokens_ = 0;
-  int64_t cached_tokens_ = 0;  // prompt tokens the prefix cache served (the engine reports them once)
+  int64_t cached_tokens_ = 0;     // prompt tokens the prefix cache served (the engine reports them once)
+  SpeculationStats speculation_;  // the request's speculative decoding, from its last event
   std::optional<Clock::time_point> last_token_;
   std::vector<GeneratedToken> pending_logprobs_;  // tokens whose logprobs are not yet sent (streaming)
   OutputDelta whole_;                             // the answer so far (not streaming)
@@ -196,11 +197,24 @@ int GenerationRun::fail(int status, const std::string& message) {
 }
 
 // OpenAI's usage object; cached: the prompt tokens the prefix cache served (prompt_tokens_details.cached_tokens).
-Json usage_json(int64_t prompt, int64_t completion, int64_t cached) {
-  return Json{{"prompt_tokens", prompt},
-              {"completion_tokens", completion},
-              {"total_tokens", prompt + completion},
-              {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+// A server that decodes speculatively adds how it went: drafts proposed and kept, verifying steps, the share of drafts
+// kept, and the tokens a verifying step made on average (its own token and the drafts kept).
+Json usage_json(int64_t prompt, int64_t completion, int64_t cached, const SpeculationStats* speculation) {
+  Json usage{{"prompt_tokens", prompt},
+             {"completion_tokens", completion},
+             {"total_tokens", prompt + completion},
+             {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  if (speculation) {
+    const SpeculationStats& s = *speculation;
+    usage["speculative_decoding"] = {
+        {"draft_tokens", s.drafted},
+        {"accepted_tokens", s.accepted},
+        {"verify_steps", s.steps},
+        {"acceptance_rate", s.drafted > 0 ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
+        {"mean_accepted_length",
+         s.steps > 0 ? 1.0 + static_cast<double>(s.accepted) / static_cast<double>(s.steps) : 0.0}};
+  }
+  return usage;
 }
 
 int GenerationRun::finish_stream(const std::string& finish_reason) {
@@ -215,7 +229,8 @@ int GenerationRun::finish_stream(const std::string& finish_reason) {
   if (request_.include_usage) {
     Json usage = chunk_base();
     usage["choices"] = Json::array();
-    usage["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_, cached_tokens_);
+    usage["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_, cached_tokens_,
+                                model_.engine.speculative_tokens() > 0 ? &speculation_ : nullptr);
     send_event(usage);
   }
   if (!client_gone_) exchange_.write("data: [DONE]\n\n");
@@ -241,7 +256,8 @@ int GenerationRun::finish_whole(const std::string& finish_reason) {
   Json body = chunk_base();
   body["object"] = chat_ ? "chat.completion" : "text_completion";
   body["choices"] = Json::array({choice});
-  body["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_, cached_tokens_);
+  body["usage"] = usage_json(static_cast<int64_t>(prompt_.size()), completion_tokens_, cached_tokens_,
+                             model_.engine.speculative_tokens() > 0 ? &speculation_ : nullptr);
   exchange_.reply(HttpResponse{200, "application/json", dump_json(body), {}});
   return 200;
 }
@@ -324,6 +340,7 @@ int GenerationRun::run() {
         }
       }
       if (!e.finish) continue;
+      speculation_ = e.speculation;
       switch (*e.finish) {
         case StopCause::kStopToken:
           ++completion_tokens_;  // the stop token was generated, though not returned

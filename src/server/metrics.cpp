@@ -95,6 +95,12 @@ std::string Metrics::render(const EngineStats& engine) const {
   single("plumb_prefix_cache_answer_tokens_total", "counter",
          "Answer tokens run again as prompts while idle, so that the prefix cache keeps their states.",
          engine.answer_tokens);
+  single("plumb_speculative_verify_steps_total", "counter",
+         "Decode steps that verified draft tokens (speculative decoding).", engine.speculation.steps);
+  single("plumb_speculative_draft_tokens_total", "counter", "Draft tokens proposed and verified.",
+         engine.speculation.drafted);
+  single("plumb_speculative_accepted_tokens_total", "counter",
+         "Draft tokens kept: each equal to the token drawn at its position.", engine.speculation.accepted);
   return out;
 }
 

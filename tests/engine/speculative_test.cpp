@@ -27,14 +27,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<int32_t> random_prompt(uint64_t seed, int64_t count, int64_t vocab) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(count));
-  for (int32_t& id : ids) id = dist(rng);
-  return ids;
-}
-
 class SpeculativeDecoding : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override { model_.emplace(open_model(test::source_dir() + "/" + GetParam(), backend_)); }
@@ -49,7 +41,7 @@ class SpeculativeDecoding : public ::testing::TestWithParam<const char*> {
 TEST_P(SpeculativeDecoding, GreedyTokensAndStateAreDecodings) {
   GenerateOptions options;
   options.max_tokens = 20;
-  expect_speculation_is_invisible(options, random_prompt(11, 7, model_->config().vocab_size));
+  expect_speculation_is_invisible(options, test::random_ids(11, 7, model_->config().vocab_size));
 }
 
 TEST_P(SpeculativeDecoding, SampledTokensAndStateAreDecodings) {
@@ -59,11 +51,11 @@ TEST_P(SpeculativeDecoding, SampledTokensAndStateAreDecodings) {
   options.sampling.top_p = 0.95f;
   options.sampling.presence_penalty = 0.5f;
   options.sampling.seed = 7;
-  expect_speculation_is_invisible(options, random_prompt(12, 9, model_->config().vocab_size));
+  expect_speculation_is_invisible(options, test::random_ids(12, 9, model_->config().vocab_size));
 }
 
 TEST_P(SpeculativeDecoding, AStopTokenInsideAStepEndsItWhereDecodingEnds) {
-  const std::vector<int32_t> prompt = random_prompt(13, 5, model_->config().vocab_size);
+  const std::vector<int32_t> prompt = test::random_ids(13, 5, model_->config().vocab_size);
   GenerateOptions options;
   options.max_tokens = 20;
   const std::vector<int32_t> tokens = generate(*model_, prompt, options).tokens;
@@ -122,7 +114,7 @@ TEST_F(MtpHead, DraftingWithItLeavesGreedyAndSampledTokensAsTheyAre) {
       plain.max_tokens = 40;
       plain.sampling.temperature = temperature;
       plain.sampling.seed = 3;
-      const std::vector<int32_t> prompt = random_prompt(5, 70, model.config().vocab_size);  // past one KV page
+      const std::vector<int32_t> prompt = test::random_ids(5, 70, model.config().vocab_size);  // past one KV page
       const GenerateResult want = generate(model, prompt, plain);
       for (int64_t k : {1, 2, 4, 8}) {
         GenerateOptions options = plain;
@@ -148,13 +140,13 @@ TEST_F(MtpHead, ANextTurnDraftsOnlyWhereTheHeadsCacheCameAlong) {
   GenerateOptions plain, speculative;
   plain.max_tokens = speculative.max_tokens = 16;
   speculative.speculative_tokens = 3;
-  std::vector<int32_t> prompt = random_prompt(7, 20, model.config().vocab_size);
+  std::vector<int32_t> prompt = test::random_ids(7, 20, model.config().vocab_size);
   GenerateResult first_plain = generate(model, prompt, plain);
   GenerateResult first_drafted = generate(model, prompt, speculative);
   ASSERT_EQ(first_drafted.tokens, first_plain.tokens);
   std::vector<int32_t> next = prompt;
   next.insert(next.end(), first_plain.tokens.begin(), first_plain.tokens.end());
-  const std::vector<int32_t> message = random_prompt(8, 5, model.config().vocab_size);
+  const std::vector<int32_t> message = test::random_ids(8, 5, model.config().vocab_size);
   next.insert(next.end(), message.begin(), message.end());
   const GenerateResult want = continue_generation(model, model.fork_sequence(first_plain.state), next, plain);
   const GenerateResult resumed = continue_generation(model, std::move(first_drafted.state), next, speculative);
@@ -171,7 +163,7 @@ TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
   const nlohmann::json config = config_with_head(false);
   const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 22));
   const int64_t T = 9, H = model.config().hidden_size;
-  const std::vector<int32_t> ids = random_prompt(6, T, model.config().vocab_size);
+  const std::vector<int32_t> ids = test::random_ids(6, T, model.config().vocab_size);
   std::mt19937_64 rng(8);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   Tensor hidden = Tensor::zeros(DType::kF32, {T, H});  // [T, H]

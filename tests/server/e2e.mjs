@@ -656,3 +656,28 @@ describe("shutdown", { timeout: 60_000 }, () => {
     assert.equal(await exit, 0);
   });
 });
+
+describe("speculative decoding", { timeout: 240_000 }, () => {
+  test("--speculative-tokens serves the same tokens and reports its drafts in usage and /metrics", async () => {
+    // A synthetic model drafts with a random MTP head: few drafts are kept, but every one is verified.
+    const modelArgs = ["--synthetic", "tiny"];
+    const ask = (url) => postJson(url + "/v1/completions",
+      { model: "default", prompt: [5, 6, 7, 8, 9, 10, 11], max_tokens: 16, temperature: 0 });
+    const plainServer = await startServer([], { modelArgs });
+    const plain = await ask(plainServer.url);
+    assert.equal(await stopServer(plainServer), 0);
+    assert.equal(plain.status, 200, JSON.stringify(plain.body));
+    assert.equal(plain.body.usage.speculative_decoding, undefined);
+    const server = await startServer(["--speculative-tokens", "3"], { modelArgs });
+    const got = await ask(server.url);
+    assert.equal(got.status, 200, JSON.stringify(got.body));
+    assert.equal(got.body.choices[0].text, plain.body.choices[0].text);
+    assert.equal(got.body.choices[0].finish_reason, plain.body.choices[0].finish_reason);
+    assert.equal(got.body.usage.completion_tokens, plain.body.usage.completion_tokens);
+    const s = got.body.usage.speculative_decoding;
+    assert.ok(s.draft_tokens > 0 && s.verify_steps > 0 && s.accepted_tokens <= s.draft_tokens, JSON.stringify(s));
+    assert.equal(s.mean_accepted_length, 1 + s.accepted_tokens / s.verify_steps);
+    assert.equal(await metric(server.url, "plumb_speculative_draft_tokens_total"), s.draft_tokens);
+    assert.equal(await stopServer(server), 0);
+  });
+});

@@ -18,6 +18,7 @@ struct StreamOutcome {
   std::optional<StopCause> finish;
   std::string error;                     // with kError
   std::optional<int64_t> cached_tokens;  // what the first event that reports it says
+  SpeculationStats speculation;          // what the last event says
 };
 
 // The request's events until its last one, or until `timeout` (finish then stays empty, which the test sees).
@@ -34,6 +35,7 @@ inline StreamOutcome drain(RequestStream& stream, std::chrono::seconds timeout =
       if (e.finish) {
         out.finish = e.finish;
         out.error = e.error;
+        out.speculation = e.speculation;
       }
     }
   }

@@ -2,30 +2,42 @@
 
 #include <fmt/format.h>
 
+#include <random>
+
 #include "model/state_hash.h"
 
 namespace plumb::test {
 
-std::vector<int32_t> ReplayDrafter::propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
-                                            const Tensor& hidden, int64_t count) {
-  if (from + static_cast<int64_t>(next_ids.size()) != state.position ||
-      hidden.dim(0) != static_cast<int64_t>(next_ids.size()))
-    problems_.push_back(fmt::format("handed {} tokens and {} hidden states after position {} at position {}",
-                                    next_ids.size(), hidden.dim(0), from, state.position));
-  for (size_t i = 0; i < next_ids.size(); ++i) {
-    const size_t position = static_cast<size_t>(from) + 1 + i;
-    if (position < reference_.size() && next_ids[i] != reference_[position])
-      problems_.push_back(fmt::format("handed token {} for position {}, where the plain run has {}", next_ids[i],
-                                      position, reference_[position]));
+std::vector<std::vector<int32_t>> ReplayDrafter::propose(const std::vector<DraftRequest>& batch) {
+  std::vector<std::vector<int32_t>> out;
+  for (const DraftRequest& r : batch) {
+    const auto n = static_cast<int64_t>(r.next_ids.size());
+    if (r.from + n != r.state->position || r.hidden.dim(0) != n)
+      problems_.push_back(fmt::format("handed {} tokens and {} hidden states after position {} at position {}", n,
+                                      r.hidden.dim(0), r.from, r.state->position));
+    for (size_t i = 0; i < r.next_ids.size(); ++i) {
+      const size_t position = static_cast<size_t>(r.from) + 1 + i;
+      if (position < reference_.size() && r.next_ids[i] != reference_[position])
+        problems_.push_back(fmt::format("handed token {} for position {}, where the plain run has {}", r.next_ids[i],
+                                        position, reference_[position]));
+    }
+    std::vector<int32_t>& drafts = out.emplace_back();
+    for (int64_t i = 0; i < r.count; ++i) {
+      const size_t position = static_cast<size_t>(r.from + n) + 1 + static_cast<size_t>(i);
+      if (position >= reference_.size()) break;
+      const bool wrong = wrong_every_ > 0 && ++proposed_ % wrong_every_ == 0;
+      drafts.push_back(wrong ? static_cast<int32_t>((reference_[position] + 1) % vocab_) : reference_[position]);
+    }
   }
-  std::vector<int32_t> drafts;
-  for (int64_t i = 0; i < count; ++i) {
-    const size_t position = static_cast<size_t>(state.position) + 1 + static_cast<size_t>(i);
-    if (position >= reference_.size()) break;
-    const bool wrong = wrong_every_ > 0 && ++proposed_ % wrong_every_ == 0;
-    drafts.push_back(wrong ? static_cast<int32_t>((reference_[position] + 1) % vocab_) : reference_[position]);
-  }
-  return drafts;
+  return out;
+}
+
+std::vector<int32_t> random_ids(uint64_t seed, int64_t count, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (int32_t& id : ids) id = dist(rng);
+  return ids;
 }
 
 std::vector<std::string> speculation_mismatches(const Qwen3NextModel& model, const GenerateOptions& plain,

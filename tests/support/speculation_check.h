@@ -20,8 +20,7 @@ class ReplayDrafter : public Drafter {
  public:
   ReplayDrafter(std::vector<int32_t> reference, int64_t vocab, int64_t wrong_every)
       : reference_(std::move(reference)), vocab_(vocab), wrong_every_(wrong_every) {}
-  std::vector<int32_t> propose(SequenceState& state, int64_t from, const std::vector<int32_t>& next_ids,
-                               const Tensor& hidden, int64_t count) override;
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override;
   const std::vector<std::string>& problems() const { return problems_; }
 
  private:
@@ -30,6 +29,9 @@ class ReplayDrafter : public Drafter {
   int64_t proposed_ = 0;
   std::vector<std::string> problems_;
 };
+
+// `count` ids drawn uniformly from [0, vocab) by a generator seeded with `seed`: a prompt of random tokens.
+std::vector<int32_t> random_ids(uint64_t seed, int64_t count, int64_t vocab);
 
 // Runs generate(model, prompt, plain), then the same with ReplayDrafters of k = 1, 3 and 8 whose drafts are all
 // right, every fourth wrong, or all wrong. Returns one line per disagreement (empty: all identical), naming the run
