@@ -18,10 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_common.h"
+#include "cli/bench_speculative.h"
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "cli/parse.h"
 #include "core/error.h"
+#include "engine/runner.h"
 #include "engine/step_graphs.h"
 #include "model/qwen3_next.h"
 #include "model/synthetic_weights.h"
@@ -34,273 +37,17 @@
 namespace plumb::cli {
 namespace {
 
-using json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
+using namespace bench;
 
 // Per-kernel inputs are replicated until one pass over them touches at least this much memory, so memory-bound
 // kernels are timed from HBM rather than from the 50 MB L2 (at most kMaxInputSets copies).
 constexpr double kL2FlushBytes = 256.0 * (1 << 20);
 constexpr int64_t kMaxInputSets = 64;
-// Long contexts are prefilled in pieces of this many tokens (a multiple of the GDN chunk) to bound activations.
-constexpr int64_t kPrefillPiece = 8192;
 // FLA's chunked GDN prefill of 16K tokens, one layer, Qwen3-Next shapes, H200 graph replay (docs/peers.md).
 constexpr double kFlaPrefill16kMs = 1.03;
 
-struct BenchArgs {
-  std::string device = "cpu", model, batches = "1,4,16,64", prefill = "4096,16384", kernel_batches = "1,16,64";
-  std::string json_path, device_name, commit, weights = "bf16";
-  bool synthetic = false, skip_kernels = false, no_graphs = false, profile_last_step = false;
-  int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, kernel_repeats = 10, copy_mib = 0;
-  double tensor_rate_tflops = 0;
-  uint64_t seed = kSyntheticSeed;
-  TokenDraw draw;  // every decode step's draw of each row (greedy unless --temperature)
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Samples of `repeats` timings, each of `inner` back-to-back calls fn(0..inner-1) between synchronizations, divided
-// by inner; one untimed pass first.
-std::vector<double> time_calls(Backend& be, int64_t repeats, int64_t inner, const std::function<void(int64_t)>& fn) {
-  for (int64_t i = 0; i < inner; ++i) fn(i);
-  std::vector<double> samples;
-  for (int64_t r = 0; r < repeats; ++r) {
-    be.synchronize();
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < inner; ++i) fn(i);
-    be.synchronize();
-    samples.push_back(seconds_since(start) / static_cast<double>(inner));
-  }
-  return samples;
-}
-
 int64_t input_sets(double bytes_per_call) {
   return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kL2FlushBytes / bytes_per_call)), 1, kMaxInputSets);
-}
-
-Tensor random_tensor(Backend& be, DType dtype, const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = be.empty(dtype, shape);
-  be.random_uniform(t, seed, lo, hi);
-  return t;
-}
-
-std::string human_time(double s) {
-  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
-  if (s < 1.0) return fmt::format("{:.3f} ms", s * 1e3);
-  return fmt::format("{:.3f} s", s);
-}
-std::string human_bytes(double b) {
-  return b >= 1e9 ? fmt::format("{:.3f} GB", b / 1e9) : fmt::format("{:.3f} MB", b / 1e6);
-}
-std::string human_flops(double f) {
-  return f >= 1e12 ? fmt::format("{:.3f} TFLOP", f / 1e12) : fmt::format("{:.3f} GFLOP", f / 1e9);
-}
-std::string bandwidth(double bytes_per_s) {
-  return bytes_per_s >= 10e9 ? fmt::format("{:.0f} GB/s", bytes_per_s / 1e9)
-                             : fmt::format("{:.3f} GB/s", bytes_per_s / 1e9);
-}
-std::string flop_rate(double flops_per_s) {
-  return flops_per_s >= 1e12 ? fmt::format("{:.1f} TFLOP/s", flops_per_s / 1e12)
-                             : fmt::format("{:.2f} GFLOP/s", flops_per_s / 1e9);
-}
-std::string percent(double fraction) {
-  return fmt::format("{:.1f}%", 100.0 * fraction);
-}
-
-// One line of the printed table.
-struct Row {
-  std::string what, shape, time, rate, work, floor, of_floor;
-};
-
-void print_table(const std::vector<Row>& rows) {
-  const Row head{"what", "shape", "time", "rate", "work", "floor", "of floor"};
-  size_t w[7] = {};
-  auto widen = [&](const Row& r) {
-    const std::string* f[7] = {&r.what, &r.shape, &r.time, &r.rate, &r.work, &r.floor, &r.of_floor};
-    for (int i = 0; i < 7; ++i) w[i] = std::max(w[i], f[i]->size());
-  };
-  widen(head);
-  for (const Row& r : rows) widen(r);
-  auto line = [&](const Row& r) {
-    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", r.what, w[0], r.shape, w[1], r.time, w[2],
-               r.rate, w[3], r.work, w[4], r.floor, w[5], r.of_floor, w[6]);
-  };
-  line(head);
-  for (const Row& r : rows) line(r);
-}
-
-// What the model's weights weigh, split the way a decode step reads them.
-struct WeightCounts {
-  double total_bytes = 0;          // every weight as allocated (a tied lm_head once)
-  double dense_bytes = 0;          // read whole by every step: layer weights except routed experts, final norm, lm_head
-  double expert_bytes = 0;         // one routed expert of one layer (gate, up, down)
-  double embedding_row_bytes = 0;  // one row of embed_tokens
-  double layer_matmul_params = 0;  // matrix parameters a token multiplies in its layers, routed experts excluded
-  double expert_params = 0;        // one routed expert: 3·I·H
-  double lm_head_params = 0;
-  int64_t moe_layers = 0;
-};
-
-WeightCounts count_weights(const ModelConfig& c, const ModelWeights& w) {
-  WeightCounts n;
-  // An FP8 weight's bytes include its block scales, which its products read too.
-  auto bytes = [](const Tensor& t) { return static_cast<double>(t.bytes_with_scales()); };
-  auto layer_tensor = [&](const Tensor& t) {
-    n.dense_bytes += bytes(t);
-    if (t.rank() == 2) n.layer_matmul_params += static_cast<double>(t.numel());
-  };
-  for (const LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.input_norm, &l.post_attn_norm}) layer_tensor(*t);
-    if (l.kind == LayerKind::kGatedDeltaNet) {
-      const GdnWeights& g = l.gdn;
-      // conv1d [C, K] is a 2-D parameter but no matrix product: counted as bytes only.
-      n.dense_bytes += bytes(g.conv1d);
-      for (const Tensor* t :
-           {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a, &g.A_log, &g.dt_bias, &g.norm, &g.out_proj})
-        layer_tensor(*t);
-    } else {
-      const AttentionWeights& a = l.attn;
-      for (const Tensor* t : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm}) layer_tensor(*t);
-    }
-    if (l.mlp_kind == MlpKind::kMoe) {
-      const MoeWeights& m = l.moe;
-      ++n.moe_layers;
-      layer_tensor(m.router);
-      if (m.has_shared_expert)
-        for (const Tensor* t :
-             {&m.shared_expert.gate_proj, &m.shared_expert.up_proj, &m.shared_expert.down_proj, &m.shared_expert_gate})
-          layer_tensor(*t);
-      n.expert_bytes = (bytes(m.experts.gate_up) + bytes(m.experts.down)) / static_cast<double>(c.num_experts);
-      n.expert_params = 3.0 * static_cast<double>(c.moe_intermediate_size * c.hidden_size);
-    } else {
-      for (const Tensor* t : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) layer_tensor(*t);
-    }
-  }
-  n.dense_bytes += bytes(w.final_norm) + bytes(w.lm_head);
-  n.lm_head_params = static_cast<double>(w.lm_head.numel());
-  n.embedding_row_bytes = bytes(w.embed_tokens) / static_cast<double>(c.vocab_size);
-  n.total_bytes = n.dense_bytes + n.expert_bytes * static_cast<double>(n.moe_layers * c.num_experts) +
-                  (c.tie_word_embeddings ? 0.0 : bytes(w.embed_tokens));
-  return n;
-}
-
-// Expected number of distinct experts B tokens touch in one layer when each picks top_k of E uniformly at random:
-// an expert is missed by one token with probability 1 − k/E, by all B with (1 − k/E)^B.
-double expected_experts_touched(const ModelConfig& c, int64_t B) {
-  const double E = static_cast<double>(c.num_experts), k = static_cast<double>(c.num_experts_per_tok);
-  return E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(B)));
-}
-
-// Bytes one decode step of B sequences must move, each reading `positions` cached KV positions on average.
-struct StepBytes {
-  double dense = 0, experts = 0, experts_touched = 0, embedding = 0, recurrent = 0, conv = 0, kv = 0;
-  double total() const { return dense + experts + embedding + recurrent + conv + kv; }
-};
-
-StepBytes decode_step_bytes(const ModelConfig& c, const WeightCounts& n, DType kv_dtype, int64_t B, double positions) {
-  const double b = static_cast<double>(B);
-  const double gdn = c.num_layers_of(LayerKind::kGatedDeltaNet), attn = c.num_layers_of(LayerKind::kFullAttention);
-  StepBytes s;
-  s.dense = n.dense_bytes;
-  s.experts_touched = n.moe_layers > 0 ? expected_experts_touched(c, B) : 0.0;
-  s.experts = static_cast<double>(n.moe_layers) * s.experts_touched * n.expert_bytes;
-  s.embedding = b * n.embedding_row_bytes;
-  s.recurrent = 2.0 * 4.0 *
-                static_cast<double>(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim) * gdn *
-                b;
-  s.conv = 2.0 * 4.0 * static_cast<double>(c.conv_dim() * (c.linear_conv_kernel_dim - 1)) * gdn * b;
-  s.kv = positions * 2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) *
-         static_cast<double>(dtype_size(kv_dtype)) * attn * b;
-  return s;
-}
-
-// Matrix-product FLOPs of one prefill of T tokens with last-row logits: projections and experts, plus causal
-// attention (QKᵀ and PV over T(T+1)/2 query-key pairs). The delta rule's own FLOPs (~6·dk·dv per token and value
-// head) are left out: under 2% of the total at these shapes.
-double prefill_flops(const ModelConfig& c, const WeightCounts& n, int64_t T) {
-  const double t = static_cast<double>(T);
-  const double per_token =
-      n.layer_matmul_params + static_cast<double>(n.moe_layers * c.num_experts_per_tok) * n.expert_params;
-  const double attention = 2.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * t * (t + 1.0) *
-                           c.num_layers_of(LayerKind::kFullAttention);
-  return 2.0 * t * per_token + 2.0 * n.lm_head_params + attention;
-}
-
-struct Context {
-  Context(const BenchArgs& a, Backend& b, const ModelConfig& c) : args(a), be(b), config(c) {}
-  const BenchArgs& args;
-  Backend& be;
-  const ModelConfig& config;
-  double copy_bandwidth = 0;          // bytes/s, read + written
-  std::optional<double> tensor_rate;  // FLOP/s
-  std::vector<Row> rows;
-  json out;
-};
-
-// A deterministic stream of token ids.
-class TokenStream {
- public:
-  explicit TokenStream(int64_t vocab, uint64_t seed) : vocab_(static_cast<uint64_t>(vocab)), x_(seed) {}
-  int32_t next() {
-    x_ = x_ * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int32_t>((x_ >> 33) % vocab_);
-  }
-  std::vector<int32_t> take(int64_t n) {
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (int32_t& id : ids) id = next();
-    return ids;
-  }
-
- private:
-  uint64_t vocab_, x_;
-};
-
-void measure_copy(Context& ctx) {
-  Backend& be = ctx.be;
-  const int64_t mib = ctx.args.copy_mib > 0 ? ctx.args.copy_mib : (be.device() == Device::kCpu ? 64 : 2048);
-  const int64_t n = mib * (int64_t{1} << 20) / 4;
-  Tensor src = random_tensor(be, DType::kF32, {n}, 11);  // [n]
-  Tensor dst = be.empty(DType::kF32, {n});               // [n]
-  const std::vector<double> samples = time_calls(be, 10, 1, [&](int64_t) { be.copy(src, dst); });
-  const double moved = 2.0 * static_cast<double>(src.nbytes()), s = median(samples);
-  ctx.copy_bandwidth = moved / s;
-  ctx.rows.push_back(
-      {"copy", fmt::format("{} MiB", mib), human_time(s), bandwidth(ctx.copy_bandwidth), human_bytes(moved), "", ""});
-  ctx.out["copy"] = {{"buffer_bytes", src.nbytes()},
-                     {"bytes_moved", moved},
-                     {"median_s", s},
-                     {"bandwidth_bytes_per_s", ctx.copy_bandwidth},
-                     {"samples_s", samples}};
-}
-
-// Runs `tokens` tokens of one sequence through the model, in pieces.
-void prefill(const Qwen3NextModel& model, SequenceState& state, TokenStream& tokens, int64_t count) {
-  for (int64_t done = 0; done < count; done += kPrefillPiece)
-    model.forward(state, tokens.take(std::min(kPrefillPiece, count - done)), LogitsRows::kLast, GdnAlgorithm::kChunked);
-}
-
-// Gives `to` the state of `from`: recurrent and conv states, and copies of the KV pages of its filled positions.
-void clone_state(const Qwen3NextModel& model, const SequenceState& from, SequenceState& to) {
-  Backend& be = model.backend();
-  for (size_t i = 0; i < from.layers.size(); ++i) {
-    const LayerState& f = from.layers[i];
-    LayerState& t = to.layers[i];
-    if (f.recurrent_state.data()) {
-      be.copy(f.recurrent_state, t.recurrent_state);
-      be.copy(f.conv_state, t.conv_state);
-    }
-  }
-  to.kv_pages.cover(from.position);
-  for (int64_t j = 0; j * kKvPageSize < from.position; ++j)
-    model.kv_pool().copy_page(from.kv_pages.ids()[j], to.kv_pages.ids()[j]);
-  to.position = from.position;
 }
 
 // Starts or stops the CUDA profiler's range (cudaProfilerStart/Stop) on a CUDA backend; nothing elsewhere.
@@ -729,6 +476,12 @@ void run_bench(const BenchArgs& a) {
   PLUMB_CHECK(a.draw.top_p > 0.0f && a.draw.top_p <= 1.0f, "--top-p must be in (0, 1], got {}", a.draw.top_p);
   const std::vector<int64_t> batches = parse_sizes(a.batches, "--batches");
   const std::vector<int64_t> prefills = parse_sizes(a.prefill, "--prefill");
+  const std::vector<int64_t> speculative =
+      a.speculative_tokens.empty() ? std::vector<int64_t>{} : parse_sizes(a.speculative_tokens, "--speculative-tokens");
+  for (int64_t k : speculative)
+    PLUMB_CHECK(k <= kMaxSpeculativeTokens, "--speculative-tokens: {} is above {}", k, kMaxSpeculativeTokens);
+  PLUMB_CHECK(std::isfinite(a.acceptance_length) && a.acceptance_length >= 1.0,
+              "--acceptance-length must be at least 1, got {}", a.acceptance_length);
   parse_sizes(a.kernel_batches, "--kernel-batches");  // fail on a bad list before the long setup
   const SyntheticConfig synthetic = synthetic_config(a.model);
   const SyntheticWeights weights = parse_synthetic_weights(a.weights);
@@ -781,7 +534,7 @@ void run_bench(const BenchArgs& a) {
 
   measure_copy(ctx);
   const auto build_start = Clock::now();
-  const Qwen3NextModel model = synthetic_model(c, be, a.seed, weights);
+  const Qwen3NextModel model = synthetic_model(c, be, a.seed, weights, /*mtp=*/!speculative.empty());
   be.synchronize();
   const WeightCounts counts = count_weights(c, model.weights());
   const double build_s = seconds_since(build_start);
@@ -795,6 +548,10 @@ void run_bench(const BenchArgs& a) {
 
   out["decode"] = json::array();
   for (int64_t B : batches) bench_decode(ctx, model, counts, B);
+  out["speculative"] = json::array();
+  for (int64_t B : batches)
+    for (int64_t k : speculative)
+      bench_speculative(ctx, model, counts, B, k, std::min(a.acceptance_length, static_cast<double>(k + 1)));
   out["prefill"] = json::array();
   for (int64_t T : prefills) bench_prefill(ctx, model, counts, T);
   out["kernels"] = json::object();
@@ -814,6 +571,11 @@ void run_bench(const BenchArgs& a) {
       "decode queued: --steps steps queued with no synchronization between them (the host readies each next step "
       "while the GPU runs the one before), median of {} rounds' mean step.\n",
       kQueuedRounds);
+  if (!speculative.empty())
+    fmt::print(
+        "speculative step: a step of a drafting runner as plumb serve runs it (MTP head drafts, one verifying call, "
+        "the rollback of rows not kept), eager, synchronized; the kept rows are set to the acceptance length; "
+        "tok/s = B * tokens kept a step / step; of floor = a plain step's floor / (step / tokens kept a step).\n");
   if (!a.json_path.empty()) {
     std::ofstream f(a.json_path);
     PLUMB_CHECK(f.good(), "cannot write {}", a.json_path);
@@ -853,6 +615,10 @@ void register_bench_commands(CLI::App& app) {
   bench->add_option("--temperature", args->draw.temperature, "each decode step's token draw (0: greedy)");
   bench->add_option("--top-k", args->draw.top_k, "the draw's top-k (0: off)");
   bench->add_option("--top-p", args->draw.top_p, "the draw's top-p (1: off)");
+  bench->add_option("--speculative-tokens", args->speculative_tokens,
+                    "also time speculative decode steps drafting this many tokens, comma-separated (1-8)");
+  bench->add_option("--acceptance-length", args->acceptance_length,
+                    "tokens a speculative step keeps on average (capped at k + 1; 3.39: Qwen3.5's measured at k = 3)");
   bench->add_option("--json", args->json_path, "write every number to this JSON file");
   bench->add_option("--device-name", args->device_name, "the device's name for the report");
   bench->add_option("--commit", args->commit, "the git commit measured, for the report");

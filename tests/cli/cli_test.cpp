@@ -487,6 +487,34 @@ TEST_F(Cli, ABenchDrawNoBackendTakesIsRefusedByItsFlag) {
   expect_clean_failure(run("bench --device cpu --synthetic --model tiny --top-p 1.5"), "--top-p must be in (0, 1]");
 }
 
+// plumb bench --speculative-tokens times drafting, verifying steps beside plain ones, at the acceptance length asked
+// (capped at k + 1), and writes them to its JSON; a count past 8 or a length below 1 is refused by its flag.
+TEST_F(Cli, BenchTimesSpeculativeStepsAtTheAcceptanceAsked) {
+  const std::string json_path = dir_ + "/bench.json";
+  const Outcome r =
+      run("bench --device cpu --synthetic --model tiny --batches 1,2 --prefill 16 --steps 4 --warmup 1 "
+          "--skip-kernels --speculative-tokens 1,3 --acceptance-length 2.5 --json " +
+          json_path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("speculative step  B=2, k=3, accept 2.50"));
+  std::ifstream file(json_path);
+  const nlohmann::json j = nlohmann::json::parse(file);
+  ASSERT_EQ(j["speculative"].size(), 4u);
+  for (const nlohmann::json& row : j["speculative"]) {
+    const int64_t k = row["speculative_tokens"];
+    EXPECT_EQ(row["acceptance_length"], std::min(2.5, static_cast<double>(k + 1)));
+    EXPECT_EQ(row["drafted"], k * row["verify_steps"].get<int64_t>()) << "every step drafts k";
+    EXPECT_GE(row["tokens_per_step"].get<double>(), 2.0);
+    EXPECT_LE(row["tokens_per_step"].get<double>(), std::min(3.0, static_cast<double>(k + 1)));
+    EXPECT_GT(row["speedup"].get<double>(), 0.0);
+  }
+  expect_clean_failure(run("bench --device cpu --synthetic --model tiny --speculative-tokens 9"),
+                       "--speculative-tokens: 9 is above 8");
+  expect_clean_failure(
+      run("bench --device cpu --synthetic --model tiny --speculative-tokens 2 --acceptance-length 0.5"),
+      "--acceptance-length must be at least 1, got 0.5");
+}
+
 TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
   const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
   expect_clean_failure(r, "--kv-cache-gib 100000: ");
