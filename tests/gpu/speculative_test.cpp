@@ -12,6 +12,7 @@
 #include "model/state_hash.h"
 #include "need_gpu.h"
 #include "support/fixtures.h"
+#include "support/served_speculation.h"
 #include "support/speculation_check.h"
 #include "support/synthetic_model.h"
 
@@ -47,6 +48,15 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuSpeculation,
                                            "tests/fixtures/models/qwen3_5_dense"),
                          test::FolderName());
 
+// The engine's batched step on the GPU: verifications beside other requests' prefill chunks, their rows drawn by the
+// runner (the step counting on a row) or on the host, rolled back by snapshot: plain decoding's tokens.
+TEST_P(GpuSpeculation, TheEngineServesDecodingsTokensWhateverTheDrafts) {
+  PLUMB_NEED_GPU();
+  CudaBackend backend;
+  const Qwen3NextModel model = open_model(test::source_dir() + "/" + GetParam(), backend);
+  for (const std::string& m : test::served_speculation_mismatches(model, 300)) ADD_FAILURE() << m;
+}
+
 TEST(GpuMtpHead, DraftingWithItLeavesTheTokensAsTheyAre) {
   PLUMB_NEED_GPU();
   const std::string dir = test::scratch_dir("gpu-mtp-head");
@@ -69,6 +79,7 @@ TEST(GpuMtpHead, DraftingWithItLeavesTheTokensAsTheyAre) {
     EXPECT_EQ(state_hashes(model, got.state), state_hashes(model, want.state)) << "k " << k;
     EXPECT_GT(got.speculation.drafted, 0) << "k " << k;
   }
+  for (const std::string& m : test::served_speculation_mismatches(model, 300)) ADD_FAILURE() << "served: " << m;
   std::filesystem::remove_all(dir);
 }
 
