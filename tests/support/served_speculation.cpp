@@ -71,7 +71,7 @@ std::vector<EngineRequest> mixed_requests(const Qwen3NextModel& model, int64_t p
   out[2].top_logprobs = 3;
   out[2].sampling = {.temperature = 0.7f, .presence_penalty = 0.5f, .seed = 9};
   out[3].constraint = std::make_shared<EvenIds>(kConstrainedLength);
-  // A stop id: the fifth token request 4 draws alone, so it ends after four.
+  // A stop id: the fifth token request 4 draws alone, so it ends after four at most.
   GenerateOptions options;
   options.max_tokens = 5;
   out[4].stop_ids = {generate(model, out[4].prompt, options).tokens.back()};
@@ -129,9 +129,14 @@ std::vector<std::string> served_speculation_mismatches(const Qwen3NextModel& mod
   ModelRunner plain_runner(model, 5);
   uint64_t plain_steps = 0;
   const std::vector<StreamOutcome> want = serve(plain_runner, 0, requests, plain_steps);
+  // The stop id may come up before the fifth token (a small model repeats itself), never after.
   if (want[3].finish != StopCause::kConstraintDone || want[4].finish != StopCause::kStopToken ||
-      want[4].tokens.size() != 4)
-    out.push_back("the plain run did not end its constrained and stopped requests as the check expects");
+      want[4].tokens.size() > 4)
+    out.push_back(
+        fmt::format("the plain run ended its constrained request with {} and its stopped one with {} after {} "
+                    "tokens, not as the check expects",
+                    want[3].finish ? static_cast<int>(*want[3].finish) : -1,
+                    want[4].finish ? static_cast<int>(*want[4].finish) : -1, want[4].tokens.size()));
   std::vector<std::vector<int32_t>> references;
   for (size_t i = 0; i < requests.size(); ++i) {
     references.push_back(requests[i].prompt);
