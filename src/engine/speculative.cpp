@@ -4,7 +4,6 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "engine/sampler.h"
 
 namespace plumb {
 
@@ -16,7 +15,6 @@ MtpDrafter::MtpDrafter(const Qwen3NextModel& model) : model_(model) {
 
 std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftRequest>& batch) {
   Backend& be = model_.backend();
-  const int64_t vocab = model_.config().vocab_size;
   const int64_t H = model_.config().hidden_size;
   std::vector<std::vector<int32_t>> drafts(batch.size());
   // The requests the head can serve: the head's row at position p reads its cache at [0, p], so one with a hole
@@ -50,9 +48,19 @@ std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftReq
     }
     be.copy_all(sources, parts);
   }
+  // Each row's argmax, taken where the logits are (Backend::sample_tokens, greedy): only ids leave the device.
+  auto argmax_ids = [&](const Tensor& logits) {  // logits [rows, V] -> rows ids on the host
+    const int64_t n = logits.dim(0);
+    Tensor ids = be.empty(DType::kI32, {n});
+    be.sample_tokens(logits, std::vector<TokenDraw>(static_cast<size_t>(n)), ids);
+    std::vector<int32_t> host(static_cast<size_t>(n));
+    Tensor out(DType::kI32, {n}, Device::kCpu, host.data(), nullptr);
+    be.copy(ids, out);
+    return host;
+  };
   Tensor last_hidden;  // [served, H] each one's normed last-row state
-  Tensor logits = be.download(model_.draft(inputs, hidden, last_hidden));  // [served, V]
-  std::vector<int64_t> next_position(served.size());                       // where each one's next draft step runs
+  std::vector<int32_t> best = argmax_ids(model_.draft(inputs, hidden, last_hidden));  // [served]
+  std::vector<int64_t> next_position(served.size());  // where each one's next draft step runs
   for (size_t s = 0; s < served.size(); ++s) {
     const DraftRequest& r = batch[served[s]];
     r.state->draft_position = r.from + static_cast<int64_t>(r.next_ids.size());
@@ -69,7 +77,7 @@ std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftReq
       std::vector<int32_t>& d = drafts[served[s]];
       const int64_t count = batch[served[s]].count;
       if (static_cast<int64_t>(d.size()) >= count) continue;  // a count of 0 only caught up
-      d.push_back(static_cast<int32_t>(first_max_index(logits.f32() + static_cast<int64_t>(m) * vocab, vocab)));
+      d.push_back(best[m]);
       if (static_cast<int64_t>(d.size()) == count) continue;
       more.push_back(s);
       more_rows.push_back(last_hidden.rows(static_cast<int64_t>(m), static_cast<int64_t>(m) + 1));
@@ -88,7 +96,7 @@ std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftReq
     std::vector<DraftInput> step;
     for (const size_t s : more)
       step.push_back({batch[served[s]].state, next_position[s]++, {drafts[served[s]].back()}});
-    logits = be.download(model_.draft(step, previous, last_hidden));
+    best = argmax_ids(model_.draft(step, previous, last_hidden));
     live = std::move(more);
   }
   return drafts;

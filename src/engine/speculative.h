@@ -39,10 +39,11 @@ class Drafter {
   virtual std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) = 0;
 };
 
-// Drafts with the model's multi-token-prediction head, greedily (the head's argmax, ties to the lowest id), every
-// request of a call in one batched head call a draft step. The head's own cache must hold every position before
-// `from`: it does for a sequence that ran all its tokens through this drafter (SequenceState::draft_position). A
-// sequence that did not, such as one continued from a plain run, gets no drafts and decodes one token a step.
+// Drafts with the model's multi-token-prediction head, greedily (the head's argmax, as Backend::sample_tokens draws at
+// temperature 0, on the device: only ids come back), every request of a call in one batched head call a draft step.
+// The head's own cache must hold every position before `from`: it does for a sequence that ran all its tokens through
+// this drafter (SequenceState::draft_position). A sequence that did not, such as one continued from a plain run, gets
+// no drafts and decodes one token a step.
 class MtpDrafter : public Drafter {
  public:
   explicit MtpDrafter(const Qwen3NextModel& model);
