@@ -112,8 +112,8 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(!a.no_prefix_cache || !a.prefix_cache_gib, "--no-prefix-cache and --prefix-cache-gib {} disagree",
               a.prefix_cache_gib.value_or(0.0));
   const ServeMemory memory =
-      reserve_serve_memory({a.device, a.max_batch, a.speculative_tokens > 0 ? a.max_batch : 0, scheduler.step_tokens,
-                            a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
+      reserve_serve_memory({a.device, a.max_batch, static_cast<int32_t>(a.max_batch * a.speculative_tokens),
+                            scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
                             a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
                            model, runner, context);
   scheduler.kv_pages = memory.kv_pages;

@@ -96,7 +96,7 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   const int64_t most_useful = o.max_batch * kv_pages_for(context);
 
   if (backend.device() == Device::kCpu) {
-    states.reserve(o.max_batch + o.snapshot_slots);
+    states.reserve(o.max_batch + o.trail_slots);
     const int64_t pages = asked > 0 ? asked : most_useful;
     // The cache's slots and pages are allocated as it keeps entries, like the sequences' pages.
     const PrefixCacheLimits cache =
@@ -118,7 +118,7 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   const int64_t largest_bucket = runner.largest_graph_bucket();
   const int64_t sinks = runner.sink_sequences();
   try {
-    states.reserve(o.max_batch + o.snapshot_slots + sinks);
+    states.reserve(o.max_batch + o.trail_slots + sinks);
     kv.reserve(sinks + std::max(largest_bucket, kv_pages_for(o.step_tokens)));
     runner.warm_up(o.step_tokens);
   } catch (const Error& e) {

@@ -126,6 +126,7 @@ GenerateResult run_speculative(const Qwen3NextModel& model, SequenceState state,
   int64_t from = s.position;
   std::vector<int32_t> run(prompt.begin() + from, prompt.end());  // the tokens at positions [from, s.position)
   Tensor hidden;                                                  // [run, H] their final hidden states
+  StateTrail trail;  // a verification's states after each of its tokens but the last
   Tensor logits = be.download(model.forward(s, run, LogitsRows::kLast, GdnAlgorithm::kChunked, &hidden));  // [1, V]
   std::optional<int32_t> drawn = draws.draw(logits.f32());
   for (;;) {
@@ -145,10 +146,9 @@ GenerateResult run_speculative(const Qwen3NextModel& model, SequenceState state,
     std::vector<int32_t> verify = {*drawn};
     verify.insert(verify.end(), drafts.begin(), drafts.end());
     from = s.position;
-    // The state before the call, for when not every token is kept.
-    std::optional<RecurrentSlot> snapshot;
-    if (!drafts.empty()) snapshot.emplace(s.recurrent_slot.pool(), s.recurrent_slot.id());
-    logits = be.download(model.forward(s, verify, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &hidden));  // [k+1, V]
+    // The call leaves its states after each of its first k tokens in `trail`, for when not every token is kept.
+    logits = be.download(model.forward({SequenceInput{&s, verify, &trail}}, LogitsRows::kAll, GdnAlgorithm::kRecurrent,
+                                       &hidden));  // [k+1, V]
     // Row i's logits follow verify[i]; its draw stands for drafts[i], and the next row counts only if they agree.
     size_t kept = 0;
     while (kept < verify.size()) {
@@ -161,12 +161,9 @@ GenerateResult run_speculative(const Qwen3NextModel& model, SequenceState state,
     result.speculation.steps += drafts.empty() ? 0 : 1;
     result.speculation.drafted += static_cast<int64_t>(drafts.size());
     run.assign(verify.begin(), verify.begin() + static_cast<int64_t>(kept));
-    if (kept < verify.size()) {
-      // Back to the state after the kept tokens: the snapshot, then the kept tokens again (the same bits).
-      s.recurrent_slot.pool()->copy(snapshot->id(), s.recurrent_slot.id());
-      s.position = from;
-      model.forward(s, run, LogitsRows::kLast, GdnAlgorithm::kRecurrent, &hidden);
-    }
+    // Back to the state after the kept tokens: a swap with the trail's state after the last of them.
+    model.rewind(s, trail, from + static_cast<int64_t>(kept));
+    hidden = hidden.rows(0, static_cast<int64_t>(kept));
   }
   return result;
 }

@@ -52,7 +52,7 @@ RunnerOutput ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
     for (const RunnerEntry& e : batch) {
       if (e.slot < 0 || static_cast<size_t>(e.slot) >= states_.size()) continue;
       states_[static_cast<size_t>(e.slot)].reset();
-      if (drafter_) trails_[static_cast<size_t>(e.slot)] = DraftTrail{};
+      if (drafter_) trails_[static_cast<size_t>(e.slot)].restart();
     }
     throw;
   }
@@ -69,13 +69,13 @@ std::vector<SequenceState*> ModelRunner::states_for(const std::vector<RunnerEntr
     if (e.start == 0) {
       state.reset();
       state = model_.new_sequence();
-      if (drafter_) trails_[static_cast<size_t>(e.slot)] = DraftTrail{};
+      if (drafter_) trails_[static_cast<size_t>(e.slot)].restart();
     }
     PLUMB_CHECK(state,
                 "slot {} holds no sequence (released, or emptied by a failed forward): it can start at 0, not {}",
                 e.slot, e.start);
     // A slot whose verification is not settled is ahead of its entry until run_drafting settles it.
-    const bool settles = drafter_ && trails_[static_cast<size_t>(e.slot)].snapshot;
+    const bool settles = drafter_ && trails_[static_cast<size_t>(e.slot)].verified.count > 0;
     PLUMB_CHECK(settles || state->position == e.start, "slot {}: asked to continue at {} but the state is at {}",
                 e.slot, e.start, state->position);
     PLUMB_CHECK(!e.draw || draws_tokens(), "slot {}: the runner on the CPU draws no tokens", e.slot);
@@ -149,26 +149,19 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
                                        const std::vector<SequenceState*>& states) {
   Backend& backend = model_.backend();
   const int64_t vocab = model_.config().vocab_size;
-  // Settle last steps' verifications: the rows kept are those the slot's entry starts after. Where some were not,
-  // the state goes back to its snapshot and the kept rows run again, all such slots in one call.
-  std::vector<SequenceInput> reruns;
+  // Settle last steps' verifications: the rows kept are those the slot's entry starts after, and the slot's state
+  // goes back to the last of them by a swap with its trail.
   for (size_t i = 0; i < batch.size(); ++i) {
     const RunnerEntry& e = batch[i];
     DraftTrail& t = trails_[static_cast<size_t>(e.slot)];
-    if (!t.snapshot) continue;
+    if (t.verified.count == 0) continue;
     const int64_t kept = e.start - t.from, ran = static_cast<int64_t>(t.ids.size());
     PLUMB_CHECK(kept >= 1 && kept <= ran, "slot {}: continues at {}, but its verification ran positions [{}, {})",
                 e.slot, e.start, t.from, t.from + ran);
-    if (kept < ran) {
-      model_.recurrent_pool().copy(t.snapshot->id(), states[i]->recurrent_slot.id());
-      states[i]->position = t.from;
-      t.ids.resize(static_cast<size_t>(kept));
-      t.hidden = t.hidden.rows(0, kept);
-      reruns.push_back({states[i], t.ids});
-    }
-    t.snapshot.reset();
+    model_.rewind(*states[i], t.verified, e.start);
+    t.ids.resize(static_cast<size_t>(kept));
+    t.hidden = t.hidden.rows(0, kept);
   }
-  if (!reruns.empty()) model_.forward(reruns, LogitsRows::kLast, GdnAlgorithm::kRecurrent);
 
   // Show the drafter the rows run since it last saw each slot, each with the token after it, and take its drafts.
   RunnerOutput out;
@@ -220,7 +213,6 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     std::vector<int32_t> tokens = e.tokens;  // [T]
     tokens.insert(tokens.end(), drafts.begin(), drafts.end());
     DraftTrail& t = trails_[static_cast<size_t>(e.slot)];
-    if (g == 1) t.snapshot.emplace(states[i]->recurrent_slot.pool(), states[i]->recurrent_slot.id());
     t.from = e.start;
     t.ids = tokens;
     const auto T = static_cast<int64_t>(tokens.size());
@@ -228,7 +220,7 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     places[i] = {g, g == 1 ? static_cast<int64_t>(group.draws.size()) : static_cast<int64_t>(group.inputs.size()),
                  hidden_rows[g], g == 1 ? T : 1};
     hidden_rows[g] += T;
-    group.inputs.push_back({states[i], std::move(tokens)});
+    group.inputs.push_back({states[i], std::move(tokens), g == 1 ? &t.verified : nullptr});
     // Row r of a verification draws as plain decoding's r-th step from here would.
     for (int64_t r = 0; r < places[i].rows; ++r) {
       TokenDraw draw = e.draw.value_or(TokenDraw{});
@@ -271,7 +263,7 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
 void ModelRunner::release(int32_t slot) {
   PLUMB_CHECK(slot >= 0 && static_cast<size_t>(slot) < states_.size(), "state slot {} out of range", slot);
   states_[static_cast<size_t>(slot)].reset();
-  if (drafter_) trails_[static_cast<size_t>(slot)] = DraftTrail{};
+  if (drafter_) trails_[static_cast<size_t>(slot)].restart();
 }
 
 int64_t ModelRunner::start_from_cache(int32_t slot, std::span<const int32_t> prompt) {

@@ -24,10 +24,10 @@ class ModelRunner final : public Runner {
   void enable_prefix_cache(PrefixCacheLimits limits);
   // From now on entries may ask for drafts (RunnerEntry::drafts), which `drafter` proposes. Every sequence's tokens
   // are then shown to it as they run, so that its own cache keeps up, and every step runs eagerly (no graph replays).
-  // A verification that kept fewer rows than it ran is rolled back when the slot's next entry comes: its recurrent
-  // state from a snapshot taken before it (a copy by index in the state pool), and its kept rows run again on top in
-  // a call of their own, which rewrites their keys and values with the same bits. A snapshot takes a slot of the
-  // state pool while its verification is unsettled: one a slot at most, which a server reserves beside the slots.
+  // A verification of k drafts leaves its GDN states after each of its first k rows in a trail (StateTrail); when
+  // the slot's next entry says how many rows were kept, one swap of slots with the trail takes the state back to the
+  // last of them (Qwen3NextModel::rewind). A slot's trail keeps the k state slots of its largest verification for as
+  // long as the runner lives, which a server reserves beside the slots (k a slot).
   void enable_drafting(std::unique_ptr<Drafter> drafter);
   bool drafts_tokens() const override { return drafter_ != nullptr; }
   int64_t vocab_size() const override;
@@ -55,9 +55,16 @@ class ModelRunner final : public Runner {
     int64_t from = 0;          // the first position not yet shown to the drafter
     std::vector<int32_t> ids;  // [n] the tokens run at positions from, from + 1, ...
     Tensor hidden;             // [n, H] their final hidden states
-    // A verification not yet settled: the state before its rows (at `from`), taken until the slot's next entry says
-    // how many of them were kept.
-    std::optional<RecurrentSlot> snapshot;
+    // The states of the slot's last verification (from `from`), unsettled while it holds any: the slot's next entry
+    // says how many of its rows were kept. Its slots outlive the slot's sequences.
+    StateTrail verified;
+    // Forgets the slot's sequence, keeping the trail's slots for the next one.
+    void restart() {
+      from = 0;
+      ids.clear();
+      hidden = Tensor();
+      verified.count = 0;
+    }
   };
   RunnerOutput run(const std::vector<RunnerEntry>& batch);
   // run() with a drafter: settles the slots' last verifications, shows the drafter what ran and takes its drafts,

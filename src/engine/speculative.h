@@ -6,9 +6,9 @@
 //
 // Bit-identity rests on the verify call's arithmetic being decode's: its tokens take the recurrent delta rule
 // (GdnAlgorithm::kRecurrent), under which T tokens in one call equal T calls of one token, and every other op treats
-// rows alone. When fewer than all k + 1 tokens are kept, the sequence's recurrent state is restored from a snapshot
-// taken before the call (a copy by index in the state pool) and the kept tokens are run again, which rewrites their
-// keys and values with the same bits; the positions past them are dropped by moving the sequence's position back.
+// rows alone. The verify call also leaves the GDN states after each of its first k tokens in slots of the state pool
+// (StateTrail); when j < k + 1 tokens are kept, the sequence's state becomes the one after its j-th by a swap of
+// slots (Qwen3NextModel::rewind), and the positions past it are dropped by moving the sequence's position back.
 #pragma once
 
 #include <cstdint>

@@ -37,18 +37,83 @@ SequenceState Qwen3NextModel::new_sequence(int64_t reserve_tokens) const {
 }
 
 SequenceState Qwen3NextModel::sequence_in(RecurrentSlot slot, int64_t reserve_tokens) const {
-  const ModelConfig& c = config_;
   SequenceState s;
   s.recurrent_slot = std::move(slot);
   s.kv_pages = KvPages(kv_pool_);
   s.kv_pages.cover(reserve_tokens);
-  s.layers.resize(c.num_layers);
+  s.layers.resize(config_.num_layers);
+  bind_layers(s);
+  return s;
+}
+
+void Qwen3NextModel::bind_layers(SequenceState& s) const {
+  const ModelConfig& c = config_;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     if (c.layer_types[i] != LayerKind::kGatedDeltaNet) continue;
     s.layers[i].conv_state = recurrent_pool_->conv_state(static_cast<size_t>(i), s.recurrent_slot.id());
     s.layers[i].recurrent_state = recurrent_pool_->recurrent_state(static_cast<size_t>(i), s.recurrent_slot.id());
   }
-  return s;
+}
+
+void Qwen3NextModel::rewind(SequenceState& state, StateTrail& trail, int64_t position) const {
+  PLUMB_CHECK(state.recurrent_slot.pool() == recurrent_pool_, "rewind: state is for another model");
+  PLUMB_CHECK(position > trail.from && position <= state.position && state.position == trail.from + trail.count + 1,
+              "rewind: a sequence at {} whose last call ran from {} (with {} trail states) cannot go back to {}",
+              state.position, trail.from, trail.count, position);
+  if (position < state.position) {
+    std::swap(state.recurrent_slot, trail.slots[static_cast<size_t>(position - trail.from - 1)]);
+    bind_layers(state);
+    state.position = position;
+  }
+  trail.count = 0;
+}
+
+struct Qwen3NextModel::TrailViews {
+  std::vector<std::vector<Tensor>> conv, recurrent;        // [layers][trail states of the batch]: views of trail slots
+  std::vector<StateTrails> conv_trails, recurrent_trails;  // [layers]: pointers to them, per sequence and token
+};
+
+Qwen3NextModel::TrailViews Qwen3NextModel::trail_views(const std::vector<SequenceInput>& batch,
+                                                       GdnAlgorithm gdn_algorithm) const {
+  TrailViews views;
+  size_t states = 0;  // trail states the call writes, in each GDN layer
+  for (const SequenceInput& in : batch) {
+    if (!in.trail) continue;
+    PLUMB_CHECK(gdn_algorithm == GdnAlgorithm::kRecurrent, "forward: trail states need the recurrent rule");
+    StateTrail& trail = *in.trail;
+    const size_t wanted = in.ids.size() - 1;
+    for (const RecurrentSlot& slot : trail.slots)
+      PLUMB_CHECK(slot.pool() == recurrent_pool_, "forward: a trail of another model's slots");
+    while (trail.slots.size() < wanted) trail.slots.emplace_back(recurrent_pool_);
+    trail.from = in.state->position;
+    trail.count = static_cast<int64_t>(wanted);
+    states += wanted;
+  }
+  if (states == 0) return views;
+  const auto layers = static_cast<size_t>(config_.num_layers);
+  views.conv.resize(layers);
+  views.recurrent.resize(layers);
+  views.conv_trails.resize(layers);
+  views.recurrent_trails.resize(layers);
+  for (size_t i = 0; i < layers; ++i) {
+    if (config_.layer_types[i] != LayerKind::kGatedDeltaNet) continue;
+    views.conv[i].reserve(states);  // no reallocation: the pointers below stay valid
+    views.recurrent[i].reserve(states);
+    views.conv_trails[i].resize(batch.size());
+    views.recurrent_trails[i].resize(batch.size());
+    for (size_t s = 0; s < batch.size(); ++s) {
+      if (!batch[s].trail) continue;
+      const StateTrail& trail = *batch[s].trail;
+      for (int64_t t = 0; t < trail.count; ++t) {
+        const int32_t slot = trail.slots[static_cast<size_t>(t)].id();
+        views.conv[i].push_back(recurrent_pool_->conv_state(i, slot));
+        views.recurrent[i].push_back(recurrent_pool_->recurrent_state(i, slot));
+        views.conv_trails[i][s].push_back(&views.conv[i].back());
+        views.recurrent_trails[i][s].push_back(&views.recurrent[i].back());
+      }
+    }
+  }
+  return views;
 }
 
 SequenceState Qwen3NextModel::fork_sequence(const SequenceState& state) const {
@@ -132,6 +197,8 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
   }
   BatchPlan plan = plan_batch(states, starts, new_ids);
   const int64_t T = static_cast<int64_t>(plan.ids.size());
+  const TrailViews trails = trail_views(batch, gdn_algorithm);
+  const StateTrails none;
 
   Tensor hidden = backend_.empty(DType::kF32, {T, H});  // [T, H] the residual stream
   backend_.embedding(weights_.embed_tokens, plan.ids, hidden);
@@ -150,7 +217,9 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
         conv_states.push_back(&in.state->layers[i].conv_state);
         recurrent_states.push_back(&in.state->layers[i].recurrent_state);
       }
-      gated_deltanet(w.gdn, conv_states, recurrent_states, plan.layout, normed, mixed, gdn_algorithm);
+      const bool trailed = !trails.conv_trails.empty();
+      gated_deltanet(w.gdn, conv_states, recurrent_states, trailed ? trails.conv_trails[i] : none,
+                     trailed ? trails.recurrent_trails[i] : none, plan.layout, normed, mixed, gdn_algorithm);
     } else {
       attention_layer(w, static_cast<size_t>(i), plan, normed, mixed, gdn_algorithm);
     }
@@ -255,8 +324,9 @@ void Qwen3NextModel::mlp_layer(const LayerWeights& w, Tensor& hidden, const Tens
 }
 
 void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
-                                    const std::vector<Tensor*>& recurrent_states, const BatchRows& layout,
-                                    const Tensor& x, Tensor& out, GdnAlgorithm algorithm) const {
+                                    const std::vector<Tensor*>& recurrent_states, const StateTrails& conv_trails,
+                                    const StateTrails& recurrent_trails, const BatchRows& layout, const Tensor& x,
+                                    Tensor& out, GdnAlgorithm algorithm) const {
   const ModelConfig& c = config_;
   const int64_t T = x.dim(0), nv = c.linear_num_value_heads, dv = c.linear_value_head_dim;
   Backend& be = backend_;
@@ -267,10 +337,10 @@ void Qwen3NextModel::gated_deltanet(const GdnWeights& w, const std::vector<Tenso
   be.linear_parts(x, {&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a}, {&qkv, &z, &b, &a});
 
   Tensor conv = be.empty(DType::kF32, {T, c.conv_dim()});  // [T, C] SiLU(conv(qkv)): q | k | v per token
-  be.causal_conv1d_silu(qkv, w.conv1d, conv_states, layout, conv);
+  be.causal_conv1d_silu(qkv, w.conv1d, conv_states, layout, conv, conv_trails);
   Tensor core = be.empty(DType::kF32, {T, nv, dv});  // [T, nv, dv]
-  be.gated_delta_rule(conv, c.linear_num_key_heads, a, b, w.A_log, w.dt_bias, recurrent_states, layout, core,
-                      algorithm);
+  be.gated_delta_rule(conv, c.linear_num_key_heads, a, b, w.A_log, w.dt_bias, recurrent_states, layout, core, algorithm,
+                      recurrent_trails);
 
   Tensor gated = be.empty(DType::kF32, {T * nv, dv});  // [T·nv, dv] per value head
   be.gated_rms_norm(core.reshape({T * nv, dv}), z.reshape({T * nv, dv}), w.norm, static_cast<float>(c.rms_norm_eps),

@@ -48,10 +48,23 @@ struct RoutingTrace {
   size_t next = 0;                          // replay: the next call's index
 };
 
-// One sequence's part of a batched forward call: its state and its new tokens.
+// The GDN states a call leaves after each of a sequence's tokens but its last (SequenceInput::trail): slots[t] of the
+// model's recurrent state pool holds the state after the call's token t, the call having run from position `from`;
+// `count` of them hold one. What verifying speculative drafts keeps, so that keeping the first j tokens is an index
+// swap (Qwen3NextModel::rewind). The slots stay with the trail from call to call: once it has as many as a
+// verification wants, no call takes or zeroes one.
+struct StateTrail {
+  int64_t from = 0;
+  int64_t count = 0;
+  std::vector<RecurrentSlot> slots;
+};
+
+// One sequence's part of a batched forward call: its state and its new tokens, and where a verification keeps its
+// states (only under GdnAlgorithm::kRecurrent).
 struct SequenceInput {
   SequenceState* state = nullptr;
   std::vector<int32_t> ids;
+  StateTrail* trail = nullptr;
 };
 
 // One sequence's part of a batched call of the multi-token-prediction head: row t, at position `position` + t, takes
@@ -104,6 +117,12 @@ class Qwen3NextModel {
   Tensor forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr) const;
 
+  // Takes a sequence back to `position` among the positions its last call ran, which left `trail` (trail.from <
+  // position <= state.position): its GDN states become the trail's after position - 1, by swapping slots with the
+  // trail, and the positions past it are dropped (their keys and values stay in the sequence's pages, unread, until
+  // written again). The trail then holds no state.
+  void rewind(SequenceState& state, StateTrail& trail, int64_t position) const;
+
   // Whether the multi-token-prediction head was loaded (LoadOptions::mtp).
   bool has_mtp() const { return weights_.mtp.has_value(); }
   // The MTP head (qwen3-next-spec.md section 7) over each sequence's rows: from row t's token and hidden state
@@ -117,6 +136,12 @@ class Qwen3NextModel {
  private:
   // A sequence at position 0 holding `slot`, with pages for `reserve_tokens`.
   SequenceState sequence_in(RecurrentSlot slot, int64_t reserve_tokens) const;
+  // Points the state's GDN layers at its recurrent slot.
+  void bind_layers(SequenceState& state) const;
+  // Each GDN layer's trail views for the batch's sequences with a trail ([layers][sequences][tokens]), their slots
+  // taken first where the trail has too few; empty when no sequence has one.
+  struct TrailViews;
+  TrailViews trail_views(const std::vector<SequenceInput>& batch, GdnAlgorithm gdn_algorithm) const;
   // The row layout, ids, positions and page tables of a batch whose sequence s starts at starts[s]; each sequence's
   // pages are made to cover its new positions.
   struct BatchPlan;
@@ -134,8 +159,9 @@ class Qwen3NextModel {
                    Tensor* normed_all, Tensor* normed_rows) const;
 
   void gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
-                      const std::vector<Tensor*>& recurrent_states, const BatchRows& layout, const Tensor& x,
-                      Tensor& out, GdnAlgorithm algorithm) const;
+                      const std::vector<Tensor*>& recurrent_states, const StateTrails& conv_trails,
+                      const StateTrails& recurrent_trails, const BatchRows& layout, const Tensor& x, Tensor& out,
+                      GdnAlgorithm algorithm) const;
   void full_attention(const AttentionWeights& w, const std::vector<KvCache*>& caches, const BatchRows& layout,
                       const std::vector<int64_t>& positions, const Tensor& x, Tensor& out, GdnAlgorithm rule) const;
   void dense_mlp(const MlpWeights& w, const Tensor& x, Tensor& out) const;

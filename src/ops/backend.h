@@ -83,6 +83,10 @@ struct SequenceRows {
 };
 using BatchRows = std::vector<SequenceRows>;
 
+// Per sequence of a GDN op's call, the tensors that receive its state after each of its first tokens (see
+// Backend::causal_conv1d_silu); empty when none are wanted.
+using StateTrails = std::vector<std::vector<Tensor*>>;  // [sequences][tokens]
+
 // Positions per KV-cache page. Equal to the attention kernels' fixed key block (kAttentionKeyBlock on the GPU), which
 // walks keys in 64-position blocks from position 0: a page is a block, so where the pages lie cannot change a bit.
 constexpr int64_t kKvPageSize = 64;
@@ -212,11 +216,17 @@ class Backend {
   // dst [R, end - begin] = src[:, begin:end] for src [R, C].
   virtual void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) = 0;
 
+  // The GDN ops below may also leave each sequence's state after each of its first tokens, beside the final state
+  // they rewrite: trails[i][t] (shaped as states[i], distinct from every other state of the call) receives sequence
+  // i's state after its token t, for t < trails[i].size() < its token count. Verifying speculative drafts keeps them,
+  // so that keeping the first j tokens of a verification is an index swap (to the state after token j - 1) rather
+  // than a second run; the delta rule writes them under kRecurrent only. Empty: none; else one list a sequence.
+
   // Depthwise causal conv1d over time, then SiLU, per sequence: y[t, c] = SiLU(Σ_j w[c, j] · x[t - (K-1) + j, c]),
   // where inputs before the sequence's first new token come from its state. x, y [T, C]; w [C, K]; states[i]
   // [C, K-1] F32 holds sequence i's K-1 previous inputs (oldest first) and is updated to its last K-1 inputs.
   virtual void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
-                                  const BatchRows& batch, Tensor& y) = 0;
+                                  const BatchRows& batch, Tensor& y, const StateTrails& trails = {}) = 0;
   // The gated delta rule with its gates, per sequence. qkv [T, 2·nk·dk + nv·dv] holds each token's q (nk heads of
   // dk), k (likewise) and v (nv heads of dv), the conv output's column order. Gates per token and value head:
   // beta = sigmoid(b), g = -exp(A_log) · softplus(a + dt_bias); a, b [T, nv]; A_log, dt_bias [nv] F32. q and k are
@@ -228,7 +238,8 @@ class Backend {
   // states must be distinct tensors (two sequences of one call on one state would race).
   virtual void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
                                 const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
-                                const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) = 0;
+                                const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm,
+                                const StateTrails& trails = {}) = 0;
 
   // Rotate-half rotary embedding on the first rotary_dim dims of each head, in place. x [T, heads, d]; positions [T].
   virtual void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,45 @@ inline void expect_distinct_states(const std::vector<Tensor*>& states, const cha
     const size_t a = spans[j - 1].second, b = spans[j].second;
     PLUMB_CHECK(spans[j - 1].first + states[a]->nbytes() <= spans[j].first,
                 "{}: sequences {} and {} of one call share a state", op, std::min(a, b), std::max(a, b));
+  }
+}
+
+// Checks a GDN op's trails (Backend::causal_conv1d_silu): none, or one list a sequence, shorter than its tokens, of
+// tensors shaped as its state, no two of the call's states and trail tensors overlapping (each is written by one
+// sequence alone).
+inline void expect_trails(const StateTrails& trails, const std::vector<Tensor*>& states, const BatchRows& batch,
+                          const char* op) {
+  if (trails.empty()) return;
+  PLUMB_CHECK(trails.size() == batch.size(), "{}: {} trails for {} sequences", op, trails.size(), batch.size());
+  struct Span {
+    const char* first;
+    size_t bytes;
+    size_t sequence;
+    int64_t token;  // -1: the sequence's state
+  };
+  std::vector<Span> spans;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    PLUMB_CHECK(static_cast<int64_t>(trails[i].size()) < batch[i].count,
+                "{}: sequence {} asks for {} trail states after {} tokens (at most one fewer than its tokens)", op, i,
+                trails[i].size(), batch[i].count);
+    PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
+    spans.push_back({static_cast<const char*>(states[i]->data()), states[i]->nbytes(), i, -1});
+    for (size_t t = 0; t < trails[i].size(); ++t) {
+      const Tensor* trail = trails[i][t];
+      PLUMB_CHECK(trail != nullptr && trail->shape() == states[i]->shape() && trail->dtype() == states[i]->dtype() &&
+                      trail->device() == states[i]->device(),
+                  "{}: sequence {}'s trail state {} is not shaped as its state {}", op, i, t,
+                  trail ? shape_str(trail->shape()) : "(none)", shape_str(states[i]->shape()));
+      spans.push_back({static_cast<const char*>(trail->data()), trail->nbytes(), i, static_cast<int64_t>(t)});
+    }
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.first < b.first; });
+  for (size_t j = 1; j < spans.size(); ++j) {
+    const Span &a = spans[j - 1], &b = spans[j];
+    PLUMB_CHECK(a.bytes == 0 || a.first + a.bytes <= b.first,
+                "{}: two states of one call overlap (sequence {}'s {} and sequence {}'s {})", op, a.sequence,
+                a.token < 0 ? std::string("state") : "trail state " + std::to_string(a.token), b.sequence,
+                b.token < 0 ? std::string("state") : "trail state " + std::to_string(b.token));
   }
 }
 

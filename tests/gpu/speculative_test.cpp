@@ -49,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuSpeculation,
                          test::FolderName());
 
 // The engine's batched step on the GPU: verifications beside other requests' prefill chunks, their rows drawn by the
-// runner (the step counting on a row) or on the host, rolled back by snapshot: plain decoding's tokens.
+// runner (the step counting on a row) or on the host, rolled back by a swap with their trails: plain decoding's tokens.
 TEST_P(GpuSpeculation, TheEngineServesDecodingsTokensWhateverTheDrafts) {
   PLUMB_NEED_GPU();
   CudaBackend backend;

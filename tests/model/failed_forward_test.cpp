@@ -122,13 +122,13 @@ class FailingBackend final : public Backend {
     cpu_.slice_columns(src, begin, end, dst);
   }
   void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states, const BatchRows& batch,
-                          Tensor& y) override {
-    cpu_.causal_conv1d_silu(x, w, states, batch, y);
+                          Tensor& y, const StateTrails& trails) override {
+    cpu_.causal_conv1d_silu(x, w, states, batch, y, trails);
   }
   void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
                         const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
-                        GdnAlgorithm algorithm) override {
-    cpu_.gated_delta_rule(qkv, key_heads, a, b, A_log, dt_bias, states, batch, o, algorithm);
+                        GdnAlgorithm algorithm, const StateTrails& trails) override {
+    cpu_.gated_delta_rule(qkv, key_heads, a, b, A_log, dt_bias, states, batch, o, algorithm, trails);
   }
   void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override {
     cpu_.rotary_embedding(x, positions, rotary_dim, theta);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "support/random.h"
 #include "support/tensors.h"
+#include "support/trail_check.h"
 
 namespace plumb {
 namespace {
@@ -339,6 +340,42 @@ TEST(CausalConv1d, StateCarriesAcrossCalls) {
   EXPECT_EQ(test::max_abs_diff(state_whole, state), 0.0f);
   // The first output sees only the current input (zero history): SiLU(w[c, K-1] x[0, c]).
   for (int64_t c = 0; c < C; ++c) EXPECT_FLOAT_EQ(y_whole.f32()[c], cpu::silu(w.f32()[c * K + K - 1] * x.f32()[c]));
+}
+
+// A verification's trail states are each the state its token leaves alone, on both state shapes.
+TEST(GdnTrails, EachTrailStateIsItsTokensStateAlone) {
+  CpuBackend be;
+  for (const std::vector<std::string>& mismatches :
+       {test::trail_mismatches(be, 32, 32, 3), test::trail_mismatches(be, 16, 18, 4)}) {
+    for (const std::string& m : mismatches) ADD_FAILURE() << m;
+  }
+}
+
+// Trails that the rule cannot write, that outnumber a sequence's tokens, or that share memory with a state are
+// refused before anything is written.
+TEST(GdnTrails, RefusesTrailsItCannotKeep) {
+  const int64_t T = 3, nk = 1, nv = 2, dk = 4, dv = 4;
+  std::mt19937_64 rng(8);
+  CpuBackend be;
+  const GdnInputs in = random_gdn_inputs(rng, T, nk, nv, dk, dv);
+  Tensor state = test::clone(in.state), o = Tensor::zeros(DType::kF32, {T, nv, dv});
+  Tensor t0 = test::clone(in.state), t1 = test::clone(in.state), t2 = test::clone(in.state);
+  const auto call = [&](const StateTrails& trails, GdnAlgorithm algorithm) {
+    be.gated_delta_rule(in.qkv, nk, in.a, in.b, in.A_log, in.dt_bias, {&state}, {{0, T, 0}}, o, algorithm, trails);
+  };
+  EXPECT_THROW(call({{&t0, &t1}}, GdnAlgorithm::kChunked), Error);         // the chunked form keeps no trail
+  EXPECT_THROW(call({{&t0, &t1, &t2}}, GdnAlgorithm::kRecurrent), Error);  // a trail state after the last token
+  EXPECT_THROW(call({{&t0, &state}}, GdnAlgorithm::kRecurrent), Error);    // the state itself
+  EXPECT_THROW(call({{&t0, &t0}}, GdnAlgorithm::kRecurrent), Error);       // one state twice
+  EXPECT_THROW(call({{&t0}, {&t1}}, GdnAlgorithm::kRecurrent), Error);     // two trails for one sequence
+  Tensor small = Tensor::zeros(DType::kF32, {nv, dk, dv - 1});
+  EXPECT_THROW(call({{&small}}, GdnAlgorithm::kRecurrent), Error);  // shaped otherwise
+  EXPECT_TRUE(test::same_bits(state, in.state));
+  Tensor conv_state = Tensor::zeros(DType::kF32, {3, 3}), conv_trail = Tensor::zeros(DType::kF32, {3, 3});
+  Tensor y = Tensor::zeros(DType::kF32, {1, 3});
+  EXPECT_THROW(be.causal_conv1d_silu(Tensor::zeros(DType::kF32, {1, 3}), Tensor::zeros(DType::kF32, {3, 4}),
+                                     {&conv_state}, {{0, 1, 0}}, y, {{&conv_trail}}),
+               Error);  // a lone token keeps no trail: its state is the final one
 }
 
 // A batch layout that does not tile the rows, or that has a state too few, is refused before anything is written.

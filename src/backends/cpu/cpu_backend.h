@@ -59,10 +59,10 @@ class CpuBackend final : public Backend {
   void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override;
 
   void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states, const BatchRows& batch,
-                          Tensor& y) override;
+                          Tensor& y, const StateTrails& trails = {}) override;
   void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
                         const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
-                        GdnAlgorithm algorithm) override;
+                        GdnAlgorithm algorithm, const StateTrails& trails = {}) override;
 
   void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<KvCache*>& caches,

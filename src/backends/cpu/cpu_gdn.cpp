@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -66,8 +68,8 @@ HeadInputs gather_head(const Tensor& qkv, int64_t nk, int64_t dk, int64_t nv, in
   return in;
 }
 
-// S [dk, dv] in place; o [T, dv].
-void delta_rule_recurrent(const HeadInputs& in, float* S, float* o) {
+// S [dk, dv] in place; o [T, dv]. trail[t], for t < trail.size(), receives S after token t.
+void delta_rule_recurrent(const HeadInputs& in, float* S, float* o, std::span<float* const> trail) {
   const int64_t dk = in.dk, dv = in.dv;
   std::vector<float> delta(dv);
   for (int64_t t = 0; t < in.tokens; ++t) {
@@ -88,6 +90,7 @@ void delta_rule_recurrent(const HeadInputs& in, float* S, float* o) {
       for (int64_t i = 0; i < dk; ++i) acc += S[i * dv + j] * q[i];
       o[t * dv + j] = acc;
     }
+    if (t < static_cast<int64_t>(trail.size())) std::memcpy(trail[t], S, dk * dv * sizeof(float));
   }
 }
 
@@ -168,13 +171,14 @@ void delta_rule_chunked(const HeadInputs& in, int64_t past, float* S, float* o) 
 }  // namespace
 
 void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
-                                    const BatchRows& batch, Tensor& y) {
+                                    const BatchRows& batch, Tensor& y, const StateTrails& trails) {
   const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
   expect_shape(w, {C, K}, "causal_conv1d_silu", "w");
   expect_shape(y, {T, C}, "causal_conv1d_silu", "y");
   expect_batch(batch, T, states.size(), "causal_conv1d_silu");
   for (const Tensor* state : states) expect_shape(*state, {C, K - 1}, "causal_conv1d_silu", "state");
   expect_distinct_states(states, "causal_conv1d_silu");
+  expect_trails(trails, states, batch, "causal_conv1d_silu");
   const float *px = x.f32(), *pw = w.f32();
   float* py = y.f32();
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -191,6 +195,9 @@ void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std:
           py[(begin + t) * C + c] = cpu::silu(acc);
         }
         for (int64_t j = 0; j < K - 1; ++j) ps[c * (K - 1) + j] = window[count + j];
+        // The state after token t: the K-1 inputs that end at it.
+        for (size_t t = 0; !trails.empty() && t < trails[s].size(); ++t)
+          for (int64_t j = 0; j < K - 1; ++j) trails[s][t]->f32()[c * (K - 1) + j] = window[t + 1 + j];
       }
     });
   }
@@ -198,7 +205,8 @@ void CpuBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std:
 
 void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
                                   const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
-                                  const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) {
+                                  const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm,
+                                  const StateTrails& trails) {
   const char* op = "gated_delta_rule";
   PLUMB_CHECK(o.rank() == 3, "{}: o must be [T, nv, dv], got {}", op, shape_str(o.shape()));
   const int64_t T = o.dim(0), nv = o.dim(1), dv = o.dim(2), nk = key_heads;
@@ -213,13 +221,19 @@ void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Te
   expect_batch(batch, T, states.size(), op);
   for (const Tensor* state : states) expect_shape(*state, {nv, dk, dv}, op, "state");
   expect_distinct_states(states, op);
+  expect_trails(trails, states, batch, op);
+  PLUMB_CHECK(trails.empty() || algorithm == GdnAlgorithm::kRecurrent, "{}: trail states need the recurrent rule", op);
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
     const GdnPieces pieces = gdn_pieces(seq.past, seq.count, algorithm);
     parallel_for(nv, 1, [&](int64_t h_begin, int64_t h_end) {
       std::vector<float> out(seq.count * dv);
+      std::vector<float*> trail;  // [trail tokens] value head h of each trail state
       for (int64_t h = h_begin; h < h_end; ++h) {
         float* S = states[s]->f32() + h * dk * dv;
+        trail.clear();
+        for (size_t t = 0; !trails.empty() && t < trails[s].size(); ++t)
+          trail.push_back(trails[s][t]->f32() + h * dk * dv);
         for (int i = 0; i < pieces.size; ++i) {
           const GdnPiece& piece = pieces.piece[i];
           const HeadInputs in =
@@ -228,7 +242,9 @@ void CpuBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Te
           if (piece.chunked)
             delta_rule_chunked(in, seq.past + piece.offset, S, piece_out);
           else
-            delta_rule_recurrent(in, S, piece_out);
+            delta_rule_recurrent(
+                in, S, piece_out,
+                std::span<float* const>(trail).subspan(std::min(trail.size(), static_cast<size_t>(piece.offset))));
         }
         for (int64_t t = 0; t < seq.count; ++t)
           std::memcpy(o.f32() + ((seq.begin + t) * nv + h) * dv, &out[t * dv], dv * sizeof(float));

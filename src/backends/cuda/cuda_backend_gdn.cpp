@@ -18,10 +18,37 @@ static_assert(cuda::kGdnChunkRows == kGdnChunkSize, "the chunked kernel's chunk 
 
 constexpr int64_t kGridYZMax = 65535;
 
+// A call's trail states (Backend's StateTrails) as one device table of pointers, sequence after sequence.
+class TrailTable {
+ public:
+  TrailTable(CudaBackend& backend, const StateTrails& trails) : first_(trails.size()), size_(trails.size()) {
+    std::vector<float*> pointers;
+    for (size_t i = 0; i < trails.size(); ++i) {
+      first_[i] = pointers.size();
+      size_[i] = static_cast<int64_t>(trails[i].size());
+      for (Tensor* t : trails[i]) pointers.push_back(t->f32());
+    }
+    if (!pointers.empty()) table_ = backend.upload_vector(pointers);
+  }
+  // The states of sequence i's trail from its token `offset` on: how many, and where their table starts.
+  int64_t count(size_t i, int64_t offset) const {
+    return i < size_.size() ? std::max<int64_t>(0, size_[i] - offset) : 0;
+  }
+  float* const* from(size_t i, int64_t offset) const {
+    if (count(i, offset) == 0) return nullptr;
+    return static_cast<float* const*>(table_.get()) + first_[i] + static_cast<size_t>(offset);
+  }
+
+ private:
+  std::vector<size_t> first_;  // [sequences]
+  std::vector<int64_t> size_;  // [sequences]
+  std::shared_ptr<void> table_;
+};
+
 }  // namespace
 
 void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states,
-                                     const BatchRows& batch, Tensor& y) {
+                                     const BatchRows& batch, Tensor& y, const StateTrails& trails) {
   const char* op = "causal_conv1d_silu";
   expect_gpu(x, DType::kF32, 2, op, "x");
   expect_gpu(w, DType::kF32, 2, op, "w");
@@ -36,7 +63,9 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
   PLUMB_CHECK(x.data() != y.data() || T == 0, "{}: y must not alias x", op);
   expect_batch(batch, T, states.size(), op);
   expect_distinct_states(states, op);
+  expect_trails(trails, states, batch, op);
 
+  const TrailTable trail(*this, trails);
   std::vector<cuda::ConvTile> tiles;
   for (size_t i = 0; i < batch.size(); ++i) {
     PLUMB_CHECK(states[i] != nullptr, "{}: sequence {} has no state", op, i);
@@ -45,7 +74,7 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
     expect_shape(state, {C, K - 1}, op, "state");
     const SequenceRows& rows = batch[i];
     for (int64_t first = 0; first < rows.count; first += cuda::kConvTileRows)
-      tiles.push_back({state.f32(), rows.begin, rows.count, first});
+      tiles.push_back({state.f32(), rows.begin, rows.count, first, trail.from(i, 0), trail.count(i, 0)});
   }
   if (tiles.empty()) return;
   PLUMB_CHECK(static_cast<int64_t>(tiles.size()) <= kInt32Max, "{}: {} tiles", op, tiles.size());
@@ -64,7 +93,8 @@ void CudaBackend::causal_conv1d_silu(const Tensor& x, const Tensor& w, const std
 
 void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b,
                                    const Tensor& A_log, const Tensor& dt_bias, const std::vector<Tensor*>& states,
-                                   const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm) {
+                                   const BatchRows& batch, Tensor& o, GdnAlgorithm algorithm,
+                                   const StateTrails& trails) {
   const char* op = "gated_delta_rule";
   expect_gpu(qkv, DType::kF32, 2, op, "qkv");
   expect_gpu(o, DType::kF32, 3, op, "o");
@@ -87,6 +117,9 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
   expect_shape(A_log, {nv}, op, "A_log");
   expect_shape(dt_bias, {nv}, op, "dt_bias");
   expect_batch(batch, T, states.size(), op);
+  expect_trails(trails, states, batch, op);
+  PLUMB_CHECK(trails.empty() || algorithm == GdnAlgorithm::kRecurrent, "{}: trail states need the recurrent rule", op);
+  const TrailTable trail(*this, trails);
 
   // Each sequence's pieces (the chunk rule of gdn_pieces) in three launches: the recurrent pieces that come before a
   // sequence's chunked piece, the chunked pieces, then every other recurrent piece (decode tokens among them). A
@@ -104,7 +137,12 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
     bool after_chunked = false;
     for (int j = 0; j < pieces.size; ++j) {
       const GdnPiece& piece = pieces.piece[j];
-      const cuda::GdnSequence sequence{state.f32(), rows.begin + piece.offset, piece.count, rows.past + piece.offset};
+      const cuda::GdnSequence sequence{state.f32(),
+                                       rows.begin + piece.offset,
+                                       piece.count,
+                                       rows.past + piece.offset,
+                                       trail.from(i, piece.offset),
+                                       trail.count(i, piece.offset)};
       if (piece.chunked) {
         chunked.push_back(sequence);
         after_chunked = true;
@@ -113,6 +151,8 @@ void CudaBackend::gated_delta_rule(const Tensor& qkv, int64_t key_heads, const T
       const bool before_chunked = !after_chunked && j + 1 < pieces.size;
       (before_chunked ? recurrent_first : recurrent_last).push_back(sequence);
       state_vec4 = state_vec4 && reinterpret_cast<uintptr_t>(state.data()) % 16 == 0;
+      for (size_t t = 0; !trails.empty() && t < trails[i].size(); ++t)
+        state_vec4 = state_vec4 && reinterpret_cast<uintptr_t>(trails[i][t]->data()) % 16 == 0;
     }
   }
   expect_distinct_states(states, op);

@@ -65,6 +65,11 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_silu_kernel(const 
 #pragma unroll
     for (int j = 0; j + 1 < kHistory; ++j) window[j] = window[j + 1];
     window[kHistory - 1] = current;
+    if (t < tile.trail_count) {  // the state after token t: the K-1 inputs that end at it
+      float* const trail = tile.trail[t] + c * kHistory;
+#pragma unroll
+      for (int j = 0; j < kHistory; ++j) trail[j] = window[j];
+    }
   }
   if (owns_state) {
 #pragma unroll
@@ -92,8 +97,9 @@ constexpr int kRowLanes = kRecurrentWarps * (32 / kColGroups);  // 16 rows of S 
 
 // CTAs per SM the register budget is set for. Decode is bound by the state bytes in flight per SM, which the resident
 // CTAs bring; the state waits in shared memory, not registers, so at dk <= 128 shared memory bounds the CTAs (8 × 17 KB
-// measured as fast as 10 or 11 CTAs with fewer registers) and each gets 64 registers. dk > 128 (34 KB of tile, a
-// generality case) takes the registers of 2, which spill nothing.
+// measured as fast as 10 or 11 CTAs with fewer registers) and each gets 64 registers (the scalar state path at dk =
+// 128, a generality case, spills 8 bytes since it writes trails; the vector path, decode's, spills nothing). dk > 128
+// (34 KB of tile, a generality case) takes the registers of 2, which spill nothing.
 constexpr int recurrent_min_ctas(int rows) {
   return rows <= 8 ? 8 : 2;
 }
@@ -129,9 +135,9 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
   const auto own = [&](int r) -> float4& {
     return *reinterpret_cast<float4*>(&tile[row_lane + kRowLanes * r][group * 4]);
   };
-  // Stores x as this thread's 4 columns of row i of S.
-  const auto store_row = [&](int i, const float4& x) {
-    float* const dst = S + static_cast<int64_t>(i) * dv + col;
+  // Stores x as this thread's 4 columns of row i of value head h's [dk, dv] at `head`.
+  const auto store_row = [&](float* head, int i, const float4& x) {
+    float* const dst = head + static_cast<int64_t>(i) * dv + col;
     if constexpr (kVec4) {
       if (i < dk && col < dv) *reinterpret_cast<float4*>(dst) = x;
     } else {
@@ -226,6 +232,8 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
       delta[e] = beta * (value[e] - total * inv_k);
     }
     const bool last = t + 1 == seq.count;  // then S goes straight back to global memory
+    // A verification's trail: S after this token also goes to a state of its own.
+    float* const trail = t < seq.trail_count ? seq.trail[t] + static_cast<int64_t>(h) * dk * dv : nullptr;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float kr = k_raw[r] * inv_k;
@@ -234,8 +242,9 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
       x.y = fmaf(kr, delta[1], x.y * decay);
       x.z = fmaf(kr, delta[2], x.z * decay);
       x.w = fmaf(kr, delta[3], x.w * decay);
+      if (trail != nullptr) store_row(trail, row_lane + kRowLanes * r, x);
       if (last)
-        store_row(row_lane + kRowLanes * r, x);
+        store_row(S, row_lane + kRowLanes * r, x);
       else
         own(r) = x;
       o[0] = fmaf(x.x, q_raw[r], o[0]);

@@ -31,6 +31,10 @@ struct ConvTile {
   int64_t begin;  // the sequence's first row of x and y
   int64_t count;  // the sequence's rows
   int64_t first;  // the tile's first token, relative to the sequence (a multiple of kConvTileRows)
+  // [trail_count] device table: trail[t] [C, K-1] receives the state after the sequence's token t (Backend's
+  // StateTrails), for the tile's tokens below trail_count.
+  float* const* trail;
+  int64_t trail_count;
 };
 
 struct CausalConv1dParams {
@@ -53,6 +57,10 @@ struct GdnSequence {
   int64_t begin;
   int64_t count;  // > 0
   int64_t past;
+  // [trail_count] device table: trail[t] [nv, dk, dv] receives the state after token t of these rows (Backend's
+  // StateTrails); the recurrent kernel only.
+  float* const* trail;
+  int64_t trail_count;
 };
 
 struct GatedDeltaRuleParams {
