@@ -241,6 +241,24 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     backend.copy(group.ids, host);
   }
 
+  // Each trail takes its rows' hidden states. The rows of prompt chunks go to the drafter now, all but each chunk's
+  // last (whose next token is not known yet): the head's cache then reaches the chunk's last position but one, where
+  // a prefix cache keeps the chunk's end (offer_prefix).
+  std::vector<DraftRequest> catch_up;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Place& p = places[i];
+    DraftTrail& t = trails_[static_cast<size_t>(batch[i].slot)];
+    const auto n = static_cast<int64_t>(t.ids.size());
+    t.hidden = groups[p.group].hidden.rows(p.hidden_row, p.hidden_row + n);
+    if (p.group != 0 || n < 2) continue;
+    catch_up.push_back(
+        {states[i], t.from, std::vector<int32_t>(t.ids.begin() + 1, t.ids.end()), t.hidden.rows(0, n - 1), 0});
+    t.from += n - 1;
+    t.ids = {t.ids.back()};
+    t.hidden = t.hidden.rows(n - 1, n);
+  }
+  if (!catch_up.empty()) drafter_->propose(catch_up);
+
   int64_t wanted = 0;  // logits rows that go back
   for (size_t i = 0; i < batch.size(); ++i) wanted += batch[i].logits ? places[i].rows : 0;
   out.logits.resize(static_cast<size_t>(wanted * vocab));
@@ -248,8 +266,6 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
   for (size_t i = 0; i < batch.size(); ++i) {
     const Place& p = places[i];
     const Group& group = groups[p.group];
-    const auto T = static_cast<int64_t>(trails_[static_cast<size_t>(batch[i].slot)].ids.size());
-    trails_[static_cast<size_t>(batch[i].slot)].hidden = group.hidden.rows(p.hidden_row, p.hidden_row + T);
     for (int64_t r = 0; r < p.rows; ++r)
       out.drawn.push_back(batch[i].draw ? group.host_ids[static_cast<size_t>(p.row + r)] : -1);
     if (!batch[i].logits) continue;
@@ -269,10 +285,20 @@ void ModelRunner::release(int32_t slot) {
 int64_t ModelRunner::start_from_cache(int32_t slot, std::span<const int32_t> prompt) {
   release(slot);
   if (!cache_) return 0;
-  std::optional<SequenceState> kept = cache_->resume(prompt);
+  std::optional<ResumedPrefix> kept = cache_->resume(prompt);
   if (!kept) return 0;
-  const int64_t position = kept->position;
-  states_[static_cast<size_t>(slot)] = std::move(*kept);
+  const int64_t position = kept->state.position;
+  SequenceState& state = states_[static_cast<size_t>(slot)].emplace(std::move(kept->state));
+  if (drafter_ && kept->draft_hidden.defined()) {
+    // The head's cache holds every position of the prefix but its last, which the slot's trail shows the drafter
+    // next step, with the token after it: drafts come from the first step. That position's keys and values in the
+    // head's layer differ with the token after it, so its page becomes the sequence's own.
+    state.kv_pages.own_page(static_cast<size_t>((position - 1) / kKvPageSize));
+    DraftTrail& t = trails_[static_cast<size_t>(slot)];
+    t.from = position - 1;
+    t.ids = {prompt[static_cast<size_t>(position - 1)]};
+    t.hidden = kept->draft_hidden;
+  }
   return position;
 }
 
@@ -283,7 +309,15 @@ void ModelRunner::offer_prefix(int32_t slot, std::span<const int32_t> prompt, in
   PLUMB_CHECK(state && state->position == position, "slot {}: offered {} tokens as its prefix, but its state is at {}",
               slot, position, state ? state->position : -1);
   const bool end = position == static_cast<int64_t>(prompt.size()) / PrefixCache::kBlock * PrefixCache::kBlock;
-  cache_->keep(prompt.first(static_cast<size_t>(position)), *state, end ? KeptAt::kPromptEnd : KeptAt::kWithinPrompt);
+  // A drafting runner's head has caught up to all but the prompt chunk's last row, which the trail holds
+  // (run_drafting): the cache keeps that row's hidden state, so that requests resumed here draft at once.
+  Tensor draft_hidden;  // [1, H]
+  if (drafter_) {
+    const DraftTrail& t = trails_[static_cast<size_t>(slot)];
+    if (state->draft_position == position - 1 && t.from == position - 1 && t.ids.size() == 1) draft_hidden = t.hidden;
+  }
+  cache_->keep(prompt.first(static_cast<size_t>(position)), *state, end ? KeptAt::kPromptEnd : KeptAt::kWithinPrompt,
+               draft_hidden);
 }
 
 std::optional<PrefixCacheStats> ModelRunner::prefix_cache_stats() const {

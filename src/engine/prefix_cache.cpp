@@ -61,7 +61,7 @@ PrefixCache::Entry* PrefixCache::find(std::span<const int32_t> tokens, uint64_t 
   return &it->second;
 }
 
-std::optional<SequenceState> PrefixCache::resume(std::span<const int32_t> prompt) {
+std::optional<ResumedPrefix> PrefixCache::resume(std::span<const int32_t> prompt) {
   ++stats_.lookups;
   if (prompt.empty()) return std::nullopt;
   const std::vector<uint64_t> hashes = block_hashes(prompt.first(prompt.size() - 1));
@@ -72,7 +72,7 @@ std::optional<SequenceState> PrefixCache::resume(std::span<const int32_t> prompt
     entry->reused = true;
     ++stats_.hits;
     stats_.hit_tokens += entry->state.position;
-    return model_.share_sequence(entry->state);
+    return ResumedPrefix{model_.share_sequence(entry->state), entry->draft_hidden};
   }
   return std::nullopt;
 }
@@ -101,10 +101,17 @@ void PrefixCache::evict_least_recent() {
   ++stats_.evictions;
 }
 
-void PrefixCache::keep(std::span<const int32_t> tokens, const SequenceState& state, KeptAt at) {
+void PrefixCache::keep(std::span<const int32_t> tokens, const SequenceState& state, KeptAt at,
+                       const Tensor& draft_hidden) {
   PLUMB_CHECK(!tokens.empty() && tokens.size() % kBlock == 0 && state.position == static_cast<int64_t>(tokens.size()),
               "prefix cache: a state at position {} kept for {} tokens (a positive multiple of {} is needed)",
               state.position, tokens.size(), kBlock);
+  const int64_t H = model_.config().hidden_size;
+  PLUMB_CHECK(!draft_hidden.defined() || (draft_hidden.rank() == 2 && draft_hidden.dim(0) == 1 &&
+                                          draft_hidden.dim(1) == H && state.draft_position == state.position - 1),
+              "prefix cache: a hidden state {} to draft from at position {}, whose head's cache holds {} positions",
+              draft_hidden.defined() ? shape_str(draft_hidden.shape()) : "(none)", state.position,
+              state.draft_position);
   const uint64_t hash = block_hashes(tokens).back();
   if (Entry* entry = find(tokens, hash); entry != nullptr) {
     // Another sequence computed the same prefix: it is shared.
@@ -121,8 +128,13 @@ void PrefixCache::keep(std::span<const int32_t> tokens, const SequenceState& sta
                                static_cast<int64_t>(page_holders_.size()) + new_pages(pages) > limits_.pages))
     evict_least_recent();
   for (int32_t page : pages) ++page_holders_[page];
+  Tensor hidden;  // [1, H] the cache's own copy: the one given lives in a step's memory
+  if (draft_hidden.defined()) {
+    hidden = model_.backend().empty(DType::kF32, {1, H});
+    model_.backend().copy(draft_hidden, hidden);
+  }
   entries_.emplace(hash, Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), model_.share_sequence(state),
-                               ++clock_, at == KeptAt::kPromptEnd});
+                               std::move(hidden), ++clock_, at == KeptAt::kPromptEnd});
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -58,6 +58,15 @@ struct PrefixCacheStats {
   int64_t evictions = 0;
 };
 
+// A kept prefix's state, as a request that hits it starts from.
+struct ResumedPrefix {
+  SequenceState state;
+  // [1, H] the main model's final hidden state at the prefix's last position, where the multi-token-prediction head's
+  // cache held every position before it when the prefix was kept (state.draft_position is then one short of its
+  // position): with it, speculative decoding drafts from the resumed request's first step. Undefined otherwise.
+  Tensor draft_hidden;
+};
+
 class PrefixCache {
  public:
   // Prefixes end at multiples of this many tokens: the KV page size and the delta rule's chunk length.
@@ -69,14 +78,16 @@ class PrefixCache {
 
   // The longest kept prefix of `prompt` shorter than the prompt (a request still runs its last token for the
   // logits): a new sequence state at its end, sharing its KV pages; nullopt when none is kept.
-  std::optional<SequenceState> resume(std::span<const int32_t> prompt);
+  std::optional<ResumedPrefix> resume(std::span<const int32_t> prompt);
   // Whether a state after the first `position` tokens of a prompt of `prompt_size` tokens is one to keep (a positive
   // multiple of kBlock on the stride, or the prompt's last boundary).
   bool wants(int64_t position, int64_t prompt_size) const;
   // Keeps a share of `state`, which has processed exactly `tokens` (a positive multiple of kBlock), unless that
   // prefix is kept already; evicts the least recently used entries to stay within the limits, and keeps nothing
-  // where this entry alone would exceed them.
-  void keep(std::span<const int32_t> tokens, const SequenceState& state, KeptAt at = KeptAt::kPromptEnd);
+  // where this entry alone would exceed them. `draft_hidden` [1, H], when given, is the final hidden state of the
+  // prefix's last position, whose state.draft_position must be one short of it (ResumedPrefix): a copy is kept.
+  void keep(std::span<const int32_t> tokens, const SequenceState& state, KeptAt at = KeptAt::kPromptEnd,
+            const Tensor& draft_hidden = Tensor());
   // Whether `tokens` is kept (it then counts as used).
   bool contains(std::span<const int32_t> tokens);
 
@@ -86,6 +97,7 @@ class PrefixCache {
   struct Entry {
     std::vector<int32_t> tokens;  // the prefix
     SequenceState state;          // at position tokens.size()
+    Tensor draft_hidden;          // [1, H] or undefined (ResumedPrefix)
     uint64_t used = 0;            // the clock when last kept or resumed from
     bool reused = false;          // a prompt's end, resumed from, or kept again: evicted after those that are not
   };

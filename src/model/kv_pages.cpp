@@ -108,6 +108,16 @@ void KvPages::share(std::span<const int32_t> pages) {
   ids_.assign(pages.begin(), pages.end());
 }
 
+void KvPages::own_page(size_t index) {
+  PLUMB_CHECK(pool_ != nullptr && index < ids_.size(), "KV pages: page {} of a sequence of {}", index, ids_.size());
+  const int32_t shared = ids_[index];
+  if (pool_->holders(shared) == 1) return;
+  const int32_t own = pool_->allocate(1).front();
+  pool_->copy_page(shared, own);
+  pool_->release(std::span<const int32_t>(&shared, 1));
+  ids_[index] = own;
+}
+
 void KvPages::reset() {
   if (pool_) pool_->release(ids_);
   ids_.clear();

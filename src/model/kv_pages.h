@@ -84,6 +84,10 @@ class KvPages {
   // For a handle without pages: holds `pages` (allocated pages of its pool, in position order) beside their other
   // holders. The sequence must write none of their positions.
   void share(std::span<const int32_t> pages);
+  // Makes page `index` of the handle its own: where another handle holds it too, a fresh page with a copy of its
+  // contents takes its place here, so the sequence may write its positions (a request resumed from a prefix cache
+  // whose speculative drafts write the multi-token-prediction head's keys and values at the prefix's last position).
+  void own_page(size_t index);
   // Returns every page to the pool.
   void reset();
 

@@ -81,13 +81,7 @@ class MtpHead : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // A small Qwen3-Next (MoE with a shared expert) or dense Qwen3.5 config with one MTP layer.
-  static nlohmann::json config_with_head(bool dense) {
-    nlohmann::json config = test::small_qwen3_next_config();
-    config["mtp_num_hidden_layers"] = 1;
-    config["max_position_embeddings"] = 256;
-    if (dense) config["model_type"] = "qwen3_5_text";
-    return config;
-  }
+  static nlohmann::json config_with_head(bool dense) { return test::small_config_with_mtp(256, dense); }
   Qwen3NextModel open(const nlohmann::json& config, const std::vector<test::NamedTensor>& tensors, bool mtp = true) {
     test::write_model_folder(dir_, config, tensors);
     LoadOptions options;

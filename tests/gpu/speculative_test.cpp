@@ -60,13 +60,8 @@ TEST_P(GpuSpeculation, TheEngineServesDecodingsTokensWhateverTheDrafts) {
 TEST(GpuMtpHead, DraftingWithItLeavesTheTokensAsTheyAre) {
   PLUMB_NEED_GPU();
   const std::string dir = test::scratch_dir("gpu-mtp-head");
-  nlohmann::json config = test::small_qwen3_next_config();
-  config["mtp_num_hidden_layers"] = 1;
-  test::write_model_folder(dir, config, test::synthetic_tensors(config, 21));
   CudaBackend backend;
-  LoadOptions load;
-  load.mtp = true;
-  const Qwen3NextModel model = open_model(dir, backend, load);
+  const Qwen3NextModel model = test::open_mtp_model(dir, backend, 1024);
   GenerateOptions plain;
   plain.max_tokens = 40;
   const std::vector<int32_t> prompt = prompt_of(300, model.config().vocab_size);

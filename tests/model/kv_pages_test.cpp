@@ -126,6 +126,33 @@ TEST_F(KvPagePoolTest, HandlesReturnTheirPages) {
   EXPECT_EQ(shared_pool->free_pages(), shared_pool->capacity());
 }
 
+// A page held by two handles becomes one handle's own as a copy; the other keeps the original, and a page held once
+// stays where it is.
+TEST_F(KvPagePoolTest, OwnPageCopiesASharedPageOnly) {
+  auto shared_pool = std::make_shared<KvPagePool>(be_, std::vector<bool>{true}, kHeads, kDim);
+  KvPages a(shared_pool), b(shared_pool);
+  a.cover(2 * kKvPageSize);
+  for (size_t j = 0; j < 2; ++j) {
+    float* k = shared_pool->k(0).f32() + a.ids()[j] * kPageElements;
+    std::fill(k, k + kPageElements, static_cast<float>(j) + 0.5f);
+  }
+  b.share(a.ids());
+  const std::vector<int32_t> before = a.ids();
+  a.own_page(1);
+  EXPECT_EQ(a.ids()[0], before[0]);
+  EXPECT_NE(a.ids()[1], before[1]);
+  EXPECT_EQ(b.ids(), before);
+  EXPECT_EQ(shared_pool->holders(before[1]), 1);
+  EXPECT_EQ(shared_pool->holders(a.ids()[1]), 1);
+  const float* copy = shared_pool->k(0).f32() + a.ids()[1] * kPageElements;
+  EXPECT_TRUE(std::all_of(copy, copy + kPageElements, [](float x) { return x == 1.5f; }));
+  const std::vector<int32_t> owned = a.ids();
+  a.own_page(1);  // already its own
+  EXPECT_EQ(a.ids(), owned);
+  EXPECT_EQ(shared_pool->used_pages(), 3);
+  EXPECT_THROW(a.own_page(2), Error);
+}
+
 // A cache read by position: its pages in table order, the last one cut at the position count.
 TEST_F(KvPagePoolTest, GatherPositionsReadsPagesInTableOrder) {
   const std::vector<int32_t> pages = pool_.allocate(3);

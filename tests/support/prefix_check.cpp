@@ -50,16 +50,16 @@ std::vector<std::string> prefix_resume_mismatches(const Qwen3NextModel& model, i
     SequenceState whole = model.new_sequence();
     const Hashes want = hashes_after(model, whole, prompt);
 
-    std::optional<SequenceState> resumed = cache.resume(prompt);
+    std::optional<ResumedPrefix> resumed = cache.resume(prompt);
     const int64_t expected = std::min(kKept, (n - 1) / PrefixCache::kBlock * PrefixCache::kBlock);
-    const int64_t at = resumed ? resumed->position : 0;
+    const int64_t at = resumed ? resumed->state.position : 0;
     const std::string what = "length " + std::to_string(n);
     if (at != expected) {
       out.push_back(what + " resumed at " + std::to_string(at) + ", not " + std::to_string(expected));
       continue;
     }
     if (!resumed) continue;
-    const Hashes got = hashes_after(model, *resumed, std::vector<int32_t>(prompt.begin() + at, prompt.end()));
+    const Hashes got = hashes_after(model, resumed->state, std::vector<int32_t>(prompt.begin() + at, prompt.end()));
     const std::string diff = first_difference(want, got);
     if (!diff.empty()) out.push_back(what + " resumed at " + std::to_string(at) + ": " + diff + " differs");
   }

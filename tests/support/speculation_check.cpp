@@ -5,6 +5,7 @@
 #include <random>
 
 #include "model/state_hash.h"
+#include "support/synthetic_model.h"
 
 namespace plumb::test {
 
@@ -30,6 +31,14 @@ std::vector<std::vector<int32_t>> ReplayDrafter::propose(const std::vector<Draft
     }
   }
   return out;
+}
+
+Qwen3NextModel open_mtp_model(const std::string& dir, Backend& backend, int64_t context) {
+  const nlohmann::json config = small_config_with_mtp(context);
+  write_model_folder(dir, config, synthetic_tensors(config, 21));
+  LoadOptions options;
+  options.mtp = true;
+  return open_model(dir, backend, options);
 }
 
 std::vector<int32_t> random_ids(uint64_t seed, int64_t count, int64_t vocab) {

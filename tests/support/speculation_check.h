@@ -30,6 +30,10 @@ class ReplayDrafter : public Drafter {
   std::vector<std::string> problems_;
 };
 
+// A small model with an MTP head of random weights (small_config_with_mtp(context), seed 21) written to `dir` and
+// opened on `backend` with its head loaded.
+Qwen3NextModel open_mtp_model(const std::string& dir, Backend& backend, int64_t context);
+
 // `count` ids drawn uniformly from [0, vocab) by a generator seeded with `seed`: a prompt of random tokens.
 std::vector<int32_t> random_ids(uint64_t seed, int64_t count, int64_t vocab);
 

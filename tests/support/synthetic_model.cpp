@@ -29,6 +29,14 @@ nlohmann::json small_qwen3_next_config() {
           {"tie_word_embeddings", false}};
 }
 
+nlohmann::json small_config_with_mtp(int64_t context, bool dense) {
+  nlohmann::json config = small_qwen3_next_config();
+  config["mtp_num_hidden_layers"] = 1;
+  config["max_position_embeddings"] = context;
+  if (dense) config["model_type"] = "qwen3_5_text";
+  return config;
+}
+
 std::vector<NamedTensor> synthetic_tensors(const nlohmann::json& config, uint64_t seed, DType dtype) {
   const ModelConfig c = parse_model_config(config.dump(), "synthetic config.json");
   ModelWeights unused;

@@ -15,6 +15,10 @@ namespace plumb::test {
 // A small qwen3_next config.json (2 GDN + 1 attention layer, MoE with a shared expert).
 nlohmann::json small_qwen3_next_config();
 
+// small_qwen3_next_config() with one multi-token-prediction layer (the MTP head) and a context of `context`
+// positions; with `dense`, dense Qwen3.5 (qwen3_5_text) rather than Qwen3-Next's MoE.
+nlohmann::json small_config_with_mtp(int64_t context, bool dense = false);
+
 // Every tensor of the model `config` describes (per-expert layout; the MTP head's too when the config declares one),
 // random, stored as `dtype`.
 std::vector<NamedTensor> synthetic_tensors(const nlohmann::json& config, uint64_t seed, DType dtype = DType::kF32);
