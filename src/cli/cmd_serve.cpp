@@ -36,8 +36,9 @@ struct ServeArgs {
   int64_t max_queue = 256;
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
   int64_t speculative_tokens = 0;
-  int64_t kv_pages = 0;       // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
-  double kv_cache_gib = 0.0;  // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
+  bool adaptive_drafts = false;  // --adaptive-drafts: each step's drafts chosen by DraftPolicy, up to the tokens
+  int64_t kv_pages = 0;          // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
+  double kv_cache_gib = 0.0;     // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
   double gpu_memory_utilization = 0.90;    // of the GPU memory free after the weights: what serving may reserve
   std::optional<double> prefix_cache_gib;  // unset: the default (ServeMemoryOptions)
   bool no_prefix_cache = false, no_prefix_cache_answers = false;
@@ -84,6 +85,7 @@ void run_serve(const ServeArgs& a) {
       "--gpu-memory-utilization must be in (0, 1], got {}", a.gpu_memory_utilization);
   PLUMB_CHECK(a.speculative_tokens >= 0 && a.speculative_tokens <= kMaxSpeculativeTokens,
               "--speculative-tokens must be in 0..{}, got {}", kMaxSpeculativeTokens, a.speculative_tokens);
+  PLUMB_CHECK(!a.adaptive_drafts || a.speculative_tokens > 0, "--adaptive-drafts needs --speculative-tokens K");
   const auto backend = make_backend(a.device);
   // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
   LoadOptions load;
@@ -118,7 +120,8 @@ void run_serve(const ServeArgs& a) {
                            model, runner, context);
   scheduler.kv_pages = memory.kv_pages;
   if (memory.prefix_cache.snapshots > 0) runner.enable_prefix_cache(memory.prefix_cache);
-  Engine engine(runner, scheduler, EngineOptions{.prefill_answers = !a.no_prefix_cache_answers});
+  Engine engine(runner, scheduler,
+                EngineOptions{.prefill_answers = !a.no_prefix_cache_answers, .adaptive_drafts = a.adaptive_drafts});
 
   server::ServerOptions options;
   options.host = a.host;
@@ -171,6 +174,9 @@ void register_serve_commands(CLI::App& app) {
                     "threads running requests (streams hold one each); more complete requests wait");
   serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");
   serve->add_option("--speculative-tokens", args->speculative_tokens, kSpeculativeTokensHelp);
+  serve->add_flag("--adaptive-drafts", args->adaptive_drafts,
+                  "with --speculative-tokens K: give each step's decoding requests the drafts (0 to K) whose steps "
+                  "made the most tokens a second at that batch size, as measured while serving");
   serve->add_option("--kv-pages", args->kv_pages,
                     "KV-cache pages of 64 positions, reserved at start (0: from --kv-cache-gib, else a full context "
                     "for every sequence, allocated as they grow)");

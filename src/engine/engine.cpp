@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -56,6 +57,7 @@ Engine::Engine(Runner& runner, SchedulerConfig config, EngineOptions options)
               kMaxSpeculativeTokens, config.speculative_tokens);
   PLUMB_CHECK(config.speculative_tokens == 0 || runner.drafts_tokens(),
               "speculative decoding needs a runner that drafts tokens (a model with its MTP head)");
+  if (options.adaptive_drafts && config.speculative_tokens > 0) draft_policy_.emplace(config.speculative_tokens);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -234,6 +236,7 @@ void Engine::loop() {
   for (;;) {
     StepPlan plan;
     std::vector<std::shared_ptr<Active>> active;  // [plan.work]
+    int64_t draft_limit = 0;                      // the drafts the plan allowed a decoding sequence
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !scheduler_.idle() || !answers_.empty(); });
@@ -243,6 +246,9 @@ void Engine::loop() {
       for (int32_t slot : released_slots_) runner_.release(slot);
       released_slots_.clear();
       start_admitted(scheduler_.admit());
+      if (draft_policy_ && scheduler_.decoding() > 0)
+        scheduler_.set_draft_limit(draft_policy_->choose(scheduler_.decoding()));
+      draft_limit = scheduler_.draft_limit();
       plan = scheduler_.plan();
       if (plan.work.empty()) continue;  // every admitted answer re-run was dropped
       for (const ScheduledWork& w : plan.work) {
@@ -251,7 +257,16 @@ void Engine::loop() {
       }
     }
     // A request cancelled from here on still runs this step; complete() then skips it and its results are dropped.
-    run_step(plan, active);
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t drawn = run_step(plan, active);
+    if (draft_policy_) {
+      bool decode_only = true;  // a prefill chunk's time says nothing of drafting
+      for (size_t i = 0; i < plan.work.size(); ++i)
+        decode_only = decode_only && plan.work[i].start >= static_cast<int64_t>(active[i]->request.prompt.size());
+      if (decode_only)
+        draft_policy_->observe(static_cast<int64_t>(plan.work.size()), draft_limit, drawn,
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   }
 }
 
@@ -335,7 +350,7 @@ Engine::Drawn Engine::draw_rows(Active& a, const RunnerEntry& entry, std::span<c
   return out;
 }
 
-void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active) {
+int64_t Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active) {
   std::vector<RunnerEntry> batch;  // [plan.work]
   for (size_t i = 0; i < plan.work.size(); ++i) {
     const ScheduledWork& w = plan.work[i];
@@ -456,6 +471,9 @@ void Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Ac
       a.stream->push(std::move(event));
     }
   }
+  int64_t drawn_total = 0;
+  for (size_t i = 0; i < plan.work.size(); ++i) drawn_total += batch[i].logits || batch[i].draw ? rows_drawn[i] : 0;
+  return drawn_total;
 }
 
 }  // namespace plumb

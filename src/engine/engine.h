@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine/constraint.h"
+#include "engine/draft_policy.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "scheduler/scheduler.h"
@@ -105,6 +106,9 @@ struct Submission {
 struct EngineOptions {
   // Re-run finished answers while idle so that their states are kept (above); only with a runner that keeps prefixes.
   bool prefill_answers = true;
+  // With speculative decoding, each step's drafts a decoding sequence are chosen by a DraftPolicy (0 up to
+  // SchedulerConfig::speculative_tokens, by what steps of each count made a second) rather than always the most.
+  bool adaptive_drafts = false;
 };
 
 struct EngineStats {
@@ -184,7 +188,8 @@ class Engine {
   // a whole block.
   void offer_prefixes(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active);
   void loop();
-  void run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active);
+  // Runs a planned step; returns the tokens it drew.
+  int64_t run_step(const StepPlan& plan, const std::vector<std::shared_ptr<Active>>& active);
   void end(SequenceId id, EngineEvent last);  // under mutex_: removes the request and pushes its last event
 
   Runner& runner_;
@@ -202,6 +207,7 @@ class Engine {
   std::vector<SequenceId> answer_ids_;  // re-runs the scheduler holds
   int64_t answer_tokens_ = 0;
   SpeculationStats speculation_;
+  std::optional<DraftPolicy> draft_policy_;  // with options_.adaptive_drafts; the step thread's alone
   std::thread thread_;
 };
 

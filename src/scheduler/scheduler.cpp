@@ -13,7 +13,10 @@ int64_t StepPlan::tokens() const {
 }
 
 Scheduler::Scheduler(SchedulerConfig config)
-    : config_(config), slots_(config.max_running), pages_(config.kv_pages, config.kv_page_tokens) {
+    : config_(config),
+      draft_limit_(config.speculative_tokens),
+      slots_(config.max_running),
+      pages_(config.kv_pages, config.kv_page_tokens) {
   PLUMB_CHECK(config_.max_waiting >= 0, "max_waiting must be >= 0, got {}", config_.max_waiting);
   PLUMB_CHECK(config_.prefill_chunk > 0, "prefill_chunk must be > 0, got {}", config_.prefill_chunk);
   PLUMB_CHECK(config_.speculative_tokens >= 0, "speculative_tokens must be >= 0, got {}", config_.speculative_tokens);
@@ -91,6 +94,17 @@ StepPlan Scheduler::schedule() {
   return plan();
 }
 
+void Scheduler::set_draft_limit(int64_t drafts) {
+  PLUMB_CHECK(drafts >= 0 && drafts <= config_.speculative_tokens, "a draft limit of {} (0..{})", drafts,
+              config_.speculative_tokens);
+  draft_limit_ = drafts;
+}
+
+int64_t Scheduler::decoding() const {
+  return std::count_if(running_.begin(), running_.end(),
+                       [](const Sequence& s) { return s.computed >= s.spec.prompt_tokens; });
+}
+
 StepPlan Scheduler::plan() const {
   StepPlan plan;
   int64_t budget = config_.step_tokens;
@@ -108,7 +122,7 @@ StepPlan Scheduler::plan() const {
   int64_t spare = std::max<int64_t>(0, budget - decoding - (prefilling ? config_.prefill_chunk : 0));
   for (const Sequence& s : running_) {
     if (s.computed < s.spec.prompt_tokens) continue;
-    const int64_t drafts = std::min({config_.speculative_tokens, s.spec.max_new_tokens - s.generated - 1, spare});
+    const int64_t drafts = std::min({draft_limit_, s.spec.max_new_tokens - s.generated - 1, spare});
     plan.work.push_back(ScheduledWork{s.spec.id, s.slot, s.computed, 1, true, drafts});
     budget -= 1 + drafts;
     spare -= drafts;

@@ -83,6 +83,11 @@ class Scheduler {
   // A sequence admitted but not yet planned starts with its first `tokens` prompt tokens already in its slot (a
   // prefix cache hit): its prefill begins there. 0 <= tokens < its prompt.
   void start_at(SequenceId id, int64_t tokens);
+  // The drafts plan() gives a decoding sequence from now on, at most: 0 to speculative_tokens (its default).
+  void set_draft_limit(int64_t drafts);
+  int64_t draft_limit() const { return draft_limit_; }
+  // Running sequences past their prompt: the decode rows of the next plan.
+  int64_t decoding() const;
   // Advances every sequence in `plan` and retires those that drew their last allowed token; returns their ids (their
   // slots and pages are already free). drawn[i]: the tokens plan.work[i] drew, from 1 to 1 + its drafts (a decode
   // step's kept drafts each add one, and as many positions); empty: one each.
@@ -107,6 +112,7 @@ class Scheduler {
   void release(const Sequence& s);
 
   SchedulerConfig config_;
+  int64_t draft_limit_ = 0;
   SlotPool slots_;
   PagePool pages_;
   std::deque<SequenceSpec> waiting_;

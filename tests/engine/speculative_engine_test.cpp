@@ -128,6 +128,44 @@ TEST(SpeculativeEngine, RequestsResumedFromThePrefixCacheDraftAtOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// With the draft policy choosing each step's drafts (EngineOptions::adaptive_drafts), requests still get plain
+// decoding's tokens, and the policy's first steps draft (it measures the most drafts first).
+TEST(SpeculativeEngine, ChosenDraftCountsLeaveTheTokensPlain) {
+  CpuBackend backend;
+  const Qwen3NextModel model = open_model(test::fixtures_dir() + "/models/qwen3_next_moe", backend);
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<EngineRequest> requests(3);
+  std::vector<std::vector<int32_t>> references, want;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    requests[r].prompt = test::random_ids(20 + r, 30 + 11 * static_cast<int64_t>(r), vocab);
+    requests[r].max_tokens = 40;
+    GenerateOptions plain;
+    plain.max_tokens = requests[r].max_tokens;
+    want.push_back(generate(model, requests[r].prompt, plain).tokens);
+    references.push_back(requests[r].prompt);
+    references.back().insert(references.back().end(), want.back().begin(), want.back().end());
+  }
+  ModelRunner runner(model, 3);
+  runner.enable_drafting(std::make_unique<test::OracleDrafter>(references, vocab, 3));
+  Engine engine(runner,
+                SchedulerConfig{.max_running = 3,
+                                .step_tokens = 3 * 4 + 64,
+                                .prefill_chunk = 64,
+                                .kv_pages = 16,
+                                .kv_page_tokens = kKvPageSize,
+                                .speculative_tokens = 3},
+                EngineOptions{.adaptive_drafts = true});
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& r : requests) streams.push_back(engine.submit(r).stream);
+  int64_t drafted = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const test::StreamOutcome outcome = test::drain(*streams[r]);
+    EXPECT_EQ(outcome.tokens, want[r]) << "request " << r;
+    drafted += outcome.speculation.drafted;
+  }
+  EXPECT_GT(drafted, 0);
+}
+
 TEST(SpeculativeEngine, RefusesDraftsARunnerCannotMakeOrTooMany) {
   CpuBackend backend;
   const Qwen3NextModel model = open_model(test::fixtures_dir() + "/models/qwen3_next_moe", backend);

@@ -119,6 +119,32 @@ TEST(Scheduler, DraftsNeverTakeTheNextPrefillChunksBudget) {
   EXPECT_THROW(s.complete(plan, std::vector<int64_t>{7, 1}), Error) << "more tokens drawn than drafts allowed";
 }
 
+// The engine's draft policy lowers the drafts a step gives (DraftPolicy); the limit stays within 0..speculative_tokens,
+// and the decoding count it is chosen by leaves prefilling sequences out.
+TEST(Scheduler, ADraftLimitBoundsTheDraftsOfEveryDecodingSequence) {
+  SchedulerConfig config = small_config();  // chunks of 4
+  config.speculative_tokens = 3;
+  config.max_running = 3;
+  config.step_tokens = 12;
+  config.kv_pages = 32;
+  Scheduler s(config);
+  EXPECT_EQ(s.draft_limit(), 3);
+  ASSERT_EQ(s.submit({1, 1, 12}), Admission::kQueued);
+  ASSERT_EQ(s.submit({2, 1, 12}), Admission::kQueued);
+  ASSERT_EQ(s.submit({3, 9, 12}), Admission::kQueued);
+  s.complete(s.schedule());  // two one-token prompts and a chunk of the third
+  EXPECT_EQ(s.decoding(), 2);
+  s.set_draft_limit(1);
+  const StepPlan plan = s.plan();
+  ASSERT_EQ(plan.work.size(), 3u);
+  EXPECT_EQ(plan.work[0].drafts, 1);
+  EXPECT_EQ(plan.work[1].drafts, 1);
+  s.set_draft_limit(0);
+  EXPECT_EQ(s.plan().work[0].drafts, 0);
+  EXPECT_THROW(s.set_draft_limit(4), Error);
+  EXPECT_THROW(s.set_draft_limit(-1), Error);
+}
+
 TEST(Scheduler, AChunkThatDoesNotFitWaitsWholeInsteadOfShrinking) {
   // Budget 10: sequence 1 decodes (1 token) while sequence 2 prefills in chunks of 4; with a third prefilling, the
   // chunk that would overflow the budget is deferred, never cut.
