@@ -219,6 +219,8 @@ TEST_F(Cli, GenerateWithSpeculativeTokensMakesTheSameTokens) {
   expect_clean_failure(run("generate --model " + model_ + " --ids 3 --speculative-tokens 2"), "mtp_num_hidden_layers");
   expect_clean_failure(run("generate --model " + with_head + " --ids 3 --speculative-tokens 9"),
                        "speculative tokens must be in 0..8, got 9");
+  expect_clean_failure(run("serve --model " + with_head + " --port 0 --adaptive-drafts"),
+                       "--adaptive-drafts needs --speculative-tokens K");
   // A synthetic model drafts with a random head: the same tokens as without it.
   const std::string synthetic = "generate --synthetic tiny --ids 1,2,3 --max-tokens 12 --print-ids";
   const Outcome drafted = run(synthetic + " --speculative-tokens 3");
