@@ -2,8 +2,10 @@
 // sequence, on single sequences of awkward lengths and on ragged batches of 3 and 64 with nonzero pasts. Bounds per
 // docs/kernel-contract.md §Gated DeltaNet.
 #include <cmath>
+#include <utility>
 
 #include "op_harness.h"
+#include "support/trail_check.h"
 
 namespace plumb::harness {
 namespace {
@@ -211,7 +213,16 @@ void gdn_race_case(Context& c) {
   }
 }
 
+// Verifications' trails (StateTrails, tests/support/trail_check.h) on both ops: every trail state, final state and
+// output row the bits of the same tokens run one a call (whose arithmetic the cases above hold to the CPU reference),
+// on the vector and the scalar state paths.
+void gdn_trails_case(Context& c) {
+  for (const auto& [dk, dv] : {std::pair<int64_t, int64_t>{128, 128}, {16, 18}})
+    for (const std::string& m : test::trail_mismatches(c.gpu, dk, dv, c.rng())) c.verdict.fail(m);
+}
+
 const CaseRegistrar reg_conv("causal_conv1d_silu", conv_case);
+const CaseRegistrar reg_trails("gdn_trails", gdn_trails_case);
 const CaseRegistrar reg_gdn_rs("gdn_recurrent_small",
                                [](Context& c) { gdn_case(c, kSmall, GdnAlgorithm::kRecurrent); });
 const CaseRegistrar reg_gdn_cs("gdn_chunked_small", [](Context& c) { gdn_case(c, kSmall, GdnAlgorithm::kChunked); });
@@ -225,6 +236,7 @@ const ControlRegistrar ctl_conv(cuda::KernelFault::kConvIgnoresState, "causal_co
 const ControlRegistrar ctl_gate(cuda::KernelFault::kGdnGateSign, "gdn_both_small");
 const ControlRegistrar ctl_boundary(cuda::KernelFault::kGdnChunkBoundaryOffByOne, "gdn_chunked_small");
 const ControlRegistrar ctl_barrier(cuda::KernelFault::kGdnMissingBarrier, "gdn_race", 4);
+const ControlRegistrar ctl_trail(cuda::KernelFault::kGdnTrailStale, "gdn_trails");
 
 }  // namespace
 }  // namespace plumb::harness

@@ -48,6 +48,7 @@
   X(kGdnGateSign)              /* decays by exp(-g) instead of exp(g) */                                               \
   X(kGdnChunkBoundaryOffByOne) /* chunked prefill: the last token of a chunk is attributed to the next chunk */        \
   X(kGdnMissingBarrier)        /* drops a __syncthreads between writing and reading shared state */                    \
+  X(kGdnTrailStale)            /* a verification's trail gets the state before its token's update, not after */        \
   /* attention */                                                                                                      \
   X(kRotaryWrongPairing)        /* rotates adjacent pairs instead of halves */                                         \
   X(kAttentionCausalOffByOne)   /* lets each query see one key past its position */                                    \

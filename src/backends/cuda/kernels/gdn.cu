@@ -242,7 +242,8 @@ __global__ void __launch_bounds__(kRecurrentThreads, recurrent_min_ctas(kRows))
       x.y = fmaf(kr, delta[1], x.y * decay);
       x.z = fmaf(kr, delta[2], x.z * decay);
       x.w = fmaf(kr, delta[3], x.w * decay);
-      if (trail != nullptr) store_row(trail, row_lane + kRowLanes * r, x);
+      if (trail != nullptr)
+        store_row(trail, row_lane + kRowLanes * r, kFault == KernelFault::kGdnTrailStale ? own(r) : x);
       if (last)
         store_row(S, row_lane + kRowLanes * r, x);
       else
@@ -314,7 +315,7 @@ void launch_recurrent_fault(const GatedDeltaRuleParams& p, const GdnSequence* se
 
 void launch_recurrent_batch(const GatedDeltaRuleParams& p, const GdnSequence* sequences, int count, KernelFault fault,
                             cudaStream_t stream) {
-  dispatch_fault<KernelFault::kGdnGateSign, KernelFault::kGdnMissingBarrier>(
+  dispatch_fault<KernelFault::kGdnGateSign, KernelFault::kGdnMissingBarrier, KernelFault::kGdnTrailStale>(
       fault, [&](auto planted) { launch_recurrent_fault<decltype(planted)::value>(p, sequences, count, stream); });
 }
 

@@ -82,8 +82,8 @@ struct GatedDeltaRuleParams {
 };
 
 // Token by token, one CTA per (32 value columns, value head, sequence): decode, and algorithm kRecurrent. sequences
-// [count] is a device table (count at most 65535, the grid's z). Faults kGdnGateSign and kGdnMissingBarrier select
-// planted variants.
+// [count] is a device table (count at most 65535, the grid's z). Faults kGdnGateSign, kGdnMissingBarrier and
+// kGdnTrailStale select planted variants.
 void launch_gdn_recurrent(const GatedDeltaRuleParams& params, const GdnSequence* sequences, int count,
                           KernelFault fault, cudaStream_t stream);
 
