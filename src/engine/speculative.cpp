@@ -1,5 +1,6 @@
 #include "engine/speculative.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 
@@ -58,14 +59,19 @@ std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftReq
     be.copy(ids, out);
     return host;
   };
-  Tensor last_hidden;  // [served, H] each one's normed last-row state
-  std::vector<int32_t> best = argmax_ids(model_.draft(inputs, hidden, last_hidden));  // [served]
   std::vector<int64_t> next_position(served.size());  // where each one's next draft step runs
   for (size_t s = 0; s < served.size(); ++s) {
     const DraftRequest& r = batch[served[s]];
     r.state->draft_position = r.from + static_cast<int64_t>(r.next_ids.size());
     next_position[s] = r.state->draft_position;
   }
+  // Where no request wants a draft (a prompt chunk's catch-up), only the head's cache is written.
+  if (std::none_of(served.begin(), served.end(), [&](size_t i) { return batch[i].count > 0; })) {
+    model_.draft(inputs, hidden, nullptr);
+    return drafts;
+  }
+  Tensor last_hidden;  // [served, H] each one's normed last-row state
+  std::vector<int32_t> best = argmax_ids(model_.draft(inputs, hidden, &last_hidden));  // [served]
   // Draft steps: each request still short of its count runs its last draft beside its head state of the step before.
   std::vector<size_t> live(served.size());  // [rows of logits and last_hidden]: indices into served
   std::iota(live.begin(), live.end(), size_t{0});
@@ -96,7 +102,7 @@ std::vector<std::vector<int32_t>> MtpDrafter::propose(const std::vector<DraftReq
     std::vector<DraftInput> step;
     for (const size_t s : more)
       step.push_back({batch[served[s]].state, next_position[s]++, {drafts[served[s]].back()}});
-    best = argmax_ids(model_.draft(step, previous, last_hidden));
+    best = argmax_ids(model_.draft(step, previous, &last_hidden));
     live = std::move(more);
   }
   return drafts;

@@ -229,7 +229,7 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
   return logits_of(hidden, plan.layout, rows, weights_.final_norm, hidden_out, nullptr);
 }
 
-Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor& last_hidden) const {
+Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   PLUMB_CHECK(weights_.mtp.has_value(), "draft: the model was loaded without its multi-token-prediction head");
@@ -264,8 +264,9 @@ Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor&
 
   backend_.rms_norm(x, m.layer.input_norm, eps, NormWeight::kZeroCentred, normed);
   attention_layer(m.layer, static_cast<size_t>(c.num_layers), plan, normed, mixed, GdnAlgorithm::kChunked);
+  if (!last_hidden) return Tensor();  // the keys and values are written: nothing past them is wanted
   mlp_layer(m.layer, x, nullptr, normed, mixed);
-  return logits_of(x, plan.layout, LogitsRows::kLast, m.norm, nullptr, &last_hidden);
+  return logits_of(x, plan.layout, LogitsRows::kLast, m.norm, nullptr, last_hidden);
 }
 
 Tensor Qwen3NextModel::logits_of(const Tensor& hidden, const BatchRows& layout, LogitsRows rows, const Tensor& norm,

@@ -130,8 +130,10 @@ class Qwen3NextModel {
   // keys and values at positions [position, position + T) of the sequence's KV pages (the head's own layer of the
   // pool) and attends to [0, position + t]. Returns the logits of each sequence's last row, [sequences, V], which
   // predict the token at position + T + 1, and writes that row's normed state to `last_hidden` [sequences, H], the
-  // hidden state of the next draft step. Sequence states' positions do not move.
-  Tensor draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor& last_hidden) const;
+  // hidden state of the next draft step. With no `last_hidden`, only the head's cache is written: its decoder layer's
+  // MLP, norm and lm_head are skipped (rows whose drafts nobody wants) and the result is empty. Sequence states'
+  // positions do not move.
+  Tensor draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden) const;
 
  private:
   // A sequence at position 0 holding `slot`, with pages for `reserve_tokens`.

@@ -165,11 +165,11 @@ TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
 
   SequenceState whole = model.new_sequence(T), rows = model.new_sequence(T);
   Tensor whole_hidden, row_hidden;
-  const Tensor whole_logits = backend_.download(model.draft({DraftInput{&whole, 0, ids}}, hidden, whole_hidden));
+  const Tensor whole_logits = backend_.download(model.draft({DraftInput{&whole, 0, ids}}, hidden, &whole_hidden));
   Tensor row_logits;
   for (int64_t t = 0; t < T; ++t)
     row_logits = backend_.download(
-        model.draft({DraftInput{&rows, t, {ids[static_cast<size_t>(t)]}}}, hidden.rows(t, t + 1), row_hidden));
+        model.draft({DraftInput{&rows, t, {ids[static_cast<size_t>(t)]}}}, hidden.rows(t, t + 1), &row_hidden));
   EXPECT_TRUE(test::same_bits(whole_logits, row_logits));
   EXPECT_TRUE(test::same_bits(whole_hidden, row_hidden));
   const size_t head_layer = static_cast<size_t>(model.config().num_layers);  // the head's layer of the KV pool
@@ -177,6 +177,17 @@ TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
     EXPECT_TRUE(test::same_bits(gather_positions(backend_, *pool, whole.kv_pages.ids(), T),
                                 gather_positions(backend_, *pool, rows.kv_pages.ids(), T)));
   EXPECT_EQ(whole.position, 0) << "drafting does not move the main model's position";
+
+  // A catch-up that writes only the head's cache (no last_hidden: no MLP, norm or lm_head) leaves the cache the
+  // last row then reads, so that row drafts the whole call's bits.
+  SequenceState caught_up = model.new_sequence(T);
+  const std::vector<int32_t> first(ids.begin(), ids.end() - 1);
+  EXPECT_EQ(model.draft({DraftInput{&caught_up, 0, first}}, hidden.rows(0, T - 1), nullptr).data(), nullptr);
+  Tensor last_hidden;
+  EXPECT_TRUE(test::same_bits(backend_.download(model.draft({DraftInput{&caught_up, T - 1, {ids.back()}}},
+                                                            hidden.rows(T - 1, T), &last_hidden)),
+                              whole_logits));
+  EXPECT_TRUE(test::same_bits(last_hidden, whole_hidden));
 }
 
 // With the layer's attention and MLP outputs zeroed, the head is lm_head(norm(fc([norm(embed(id)) | norm(h)]))):
@@ -223,7 +234,7 @@ TEST_F(MtpHead, FcTakesTheEmbeddingFirstAndTheHiddenStateSecond) {
     SequenceState state = model.new_sequence(1);
     Tensor host_hidden = Tensor::zeros(DType::kF32, {1, H}), last;
     std::copy(h.begin(), h.end(), host_hidden.f32());
-    const Tensor logits = backend_.download(model.draft({DraftInput{&state, 0, {id}}}, host_hidden, last));  // [1, V]
+    const Tensor logits = backend_.download(model.draft({DraftInput{&state, 0, {id}}}, host_hidden, &last));  // [1, V]
     std::vector<double> source(static_cast<size_t>(H));
     for (int64_t i = 0; i < H; ++i)
       source[static_cast<size_t>(i)] =
@@ -260,7 +271,7 @@ TEST_F(MtpHead, AnFp8FcWhoseHalvesCutASliceLoadsWidened) {
   for (int64_t i = 0; i < 3 * H; ++i) hidden.f32()[i] = 0.01f * static_cast<float>(i % 17);
   SequenceState a = twin.new_sequence(3);
   Tensor last;
-  const Tensor want = backend_.download(twin.draft({DraftInput{&a, 0, ids}}, hidden, last));
+  const Tensor want = backend_.download(twin.draft({DraftInput{&a, 0, ids}}, hidden, &last));
   nlohmann::json quantized = config;
   quantized["quantization_config"] = {
       {"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
@@ -268,7 +279,7 @@ TEST_F(MtpHead, AnFp8FcWhoseHalvesCutASliceLoadsWidened) {
   tensors.push_back(test::make_tensor("mtp.fc.weight_scale_inv", DType::kF32, {1, 1}, {0.25f}));
   const Qwen3NextModel fp8 = open(quantized, tensors);
   SequenceState b = fp8.new_sequence(3);
-  EXPECT_TRUE(test::same_bits(backend_.download(fp8.draft({DraftInput{&b, 0, ids}}, hidden, last)), want));
+  EXPECT_TRUE(test::same_bits(backend_.download(fp8.draft({DraftInput{&b, 0, ids}}, hidden, &last)), want));
 }
 
 TEST_F(MtpHead, LoadsOnlyWhenAskedAndRefusesWhatIsMissing) {
