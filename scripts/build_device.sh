@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what travels to the GPU machine (Release): the plumb binary, the GPU op harness, the projection-kernel
-# benchmarks and the GPU token-draw benchmark, stripped and packed with the Debian libraries the GPU machine lacks
+# benchmarks, the model-kernel benchmark and the GPU token-draw benchmark, stripped and packed with the Debian libraries the GPU machine lacks
 # (PCRE2, utf8proc) into build/device/bin.tar.xz (about 20 MB: the unpacked binaries would not fit the 64 MiB a
 # device call carries).
 # Then:  run(command="bash scripts/gpu_check.sh", carry=["build/device/bin.tar.xz"])
@@ -21,7 +21,8 @@ elif [ $# -gt 0 ]; then
   exit 2
 fi
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLUMB_BUILD_TESTS=ON >/dev/null
-all="plumb gpu_op_harness gpu_model_test linear_bench stream_ceiling phase_boundary plumb_gpu_sampler_bench"
+all="plumb gpu_op_harness gpu_model_test linear_bench stream_ceiling phase_boundary plumb_gpu_sampler_bench
+     plumb_kernel_bench"
 programs=${PLUMB_DEVICE_PROGRAMS:-$all}
 [ -n "$ab_base_into" ] && programs=plumb
 # shellcheck disable=SC2086

@@ -17,7 +17,8 @@
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
 # sanitize  compute-sanitizer memcheck and racecheck on the harness, the recorded-step tests and one generation
-# bench     plumb bench --device cuda --synthetic for both model shapes, plus torch's BF16 matmul rate as the ceiling
+# bench     plumb bench --device cuda --synthetic (decode and prefill) and plumb_kernel_bench (bench/kernels: the main
+#           kernels one at a time, CUDA-event timed) for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # speculative  plumb bench --speculative-tokens 1,2,3,4 --batches 1,16,64 (35B shapes): a drafting runner's steps at
 #           the acceptance length 3.39 (capped at K + 1) beside the plain decode step of the same run
 # fp8       plumb bench --weights fp8 (decode and prefill, no kernel table): the whole 48-layer Qwen3-Next-80B-A3B and
@@ -169,6 +170,8 @@ PY
   for model in qwen3.5-35b-a3b qwen3-next-80b-a3b-reduced; do
     "$plumb" bench --device cuda --synthetic --model $model --commit "$commit" ${tflops:+--tensor-rate-tflops $tflops} \
       --json "$out/bench_$model.json" 2>&1 | tee "$out/bench_$model.log" || ok=FAIL
+    "$bin/plumb_kernel_bench" --device cuda --model $model --commit "$commit" ${tflops:+--tensor-rate-tflops $tflops} \
+      --json "$out/kernel_bench_$model.json" 2>&1 | tee "$out/kernel_bench_$model.log" || ok=FAIL
   done
   record bench $ok
 fi
@@ -176,7 +179,7 @@ fi
 if want speculative; then
   echo "== plumb bench --speculative-tokens: drafting steps at a set acceptance length (35B shapes)"
   timeout 300 "$plumb" bench --device cuda --synthetic --model qwen3.5-35b-a3b --batches 1,16,64 --prefill 64 \
-    --prefill-repeats 1 --steps 10 --warmup 3 --skip-kernels --speculative-tokens 1,2,3,4 --acceptance-length 3.39 \
+    --prefill-repeats 1 --steps 10 --warmup 3 --speculative-tokens 1,2,3,4 --acceptance-length 3.39 \
     --copy-mib 1024 --commit "$commit" --json "$out/bench_speculative.json" 2>&1 | tee "$out/bench_speculative.log"
   record speculative "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
@@ -185,7 +188,7 @@ if want fp8; then
   echo "== plumb bench --weights fp8: Qwen3-Next-80B-A3B (all 48 layers) and Qwen3.5-35B-A3B"
   ok=pass
   for model in qwen3-next-80b-a3b qwen3.5-35b-a3b; do
-    "$plumb" bench --device cuda --synthetic --model $model --weights fp8 --commit "$commit" --skip-kernels \
+    "$plumb" bench --device cuda --synthetic --model $model --weights fp8 --commit "$commit" \
       --json "$out/bench_fp8_$model.json" 2>&1 | tee "$out/bench_fp8_$model.log" || ok=FAIL
   done
   record fp8 $ok
@@ -287,7 +290,7 @@ if want profile; then
     echo "== ncu over one replayed decode step, 35B shapes, batch $batch"
     timeout 300 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
       --print-units base "$plumb" bench --device cuda --synthetic --model qwen3.5-35b-a3b --batches $batch --steps 2 \
-      --warmup 2 --skip-kernels --prefill 64 --profile-last-step >"$out/ncu_step_b$batch.csv" 2>"$out/ncu_step_b$batch.log" ||
+      --warmup 2 --prefill 64 --profile-last-step >"$out/ncu_step_b$batch.csv" 2>"$out/ncu_step_b$batch.log" ||
       ok=FAIL
     python3 tools/ncu_summary.py "$out/ncu_step_b$batch.csv" | tee "$out/ncu_step_b$batch.txt" || ok=FAIL
   done
@@ -316,7 +319,7 @@ if want timeline; then
   # Through env, so that only plumb is traced, not timeout.
   timeout 300 env PLUMB_KERNEL_TRACE="$out/trace.csv" LD_PRELOAD="$root/$bin/libplumb_kernel_trace.so" "$plumb" bench \
     --device cuda --synthetic --model qwen3.5-35b-a3b ${PLUMB_TIMELINE_ARGS:-} --batches 1,16 --steps 20 --warmup 2 \
-    --skip-kernels --prefill 64 >"$out/timeline_bench.log" 2>&1 || ok=FAIL
+    --prefill 64 >"$out/timeline_bench.log" 2>&1 || ok=FAIL
   grep -E "kernel_trace|decode" "$out/timeline_bench.log" | head -n 8
   python3 bench/trace/timeline.py "$out/trace.csv" --sequence 60 --json "$out/timeline.json" | tee "$out/timeline.txt" || ok=FAIL
   gzip -f "$out/trace.csv"
@@ -329,6 +332,7 @@ if want ab; then
   if [ -x "$ab_base" ]; then
     ab=(python3 bench/ab/ab.py)
     sides=(--a "$ab_base" --b "$plumb" --label-a "${PLUMB_AB_LABEL_A:-baseline}" --label-b "$commit")
+    # --skip-kernels: a baseline from before bench/kernels took the kernels out of plumb bench would time them too.
     timeout 300 "${ab[@]}" bench "${sides[@]}" --rounds "${PLUMB_AB_ROUNDS:-5}" --json "$out/ab_bench.json" \
       --markdown "$out/ab_bench.md" --work "$out/ab_bench" -- {plumb} bench --device cuda --synthetic \
       --model qwen3.5-35b-a3b ${PLUMB_AB_BENCH_ARGS:-} --batches 1,16 --prefill 2048 --prefill-repeats 1 --steps 5 \

@@ -2,6 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
+#include <fstream>
+
+#include "core/error.h"
+#ifdef PLUMB_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace plumb::cli::bench {
 
@@ -155,6 +162,74 @@ double prefill_flops(const ModelConfig& c, const WeightCounts& n, int64_t T) {
   const double attention = 2.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * t * (t + 1.0) *
                            c.num_layers_of(LayerKind::kFullAttention);
   return 2.0 * t * per_token + 2.0 * n.lm_head_params + attention;
+}
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+std::string device_name(const BenchArgs& a, Backend& be) {
+  if (!a.device_name.empty()) return a.device_name;
+#ifdef PLUMB_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&be)) return cuda->properties().name;
+#endif
+  return be.device() == Device::kCpu ? "cpu" : a.device;
+}
+
+json config_json(const ModelConfig& c) {
+  return {{"model_type", c.model_type},
+          {"layers", c.num_layers},
+          {"gdn_layers", c.num_layers_of(LayerKind::kGatedDeltaNet)},
+          {"attention_layers", c.num_layers_of(LayerKind::kFullAttention)},
+          {"hidden", c.hidden_size},
+          {"vocab", c.vocab_size},
+          {"gdn_heads",
+           {{"nk", c.linear_num_key_heads},
+            {"nv", c.linear_num_value_heads},
+            {"dk", c.linear_key_head_dim},
+            {"dv", c.linear_value_head_dim}}},
+          {"attention_heads", {{"nq", c.num_attention_heads}, {"nkv", c.num_key_value_heads}, {"d", c.head_dim}}},
+          {"experts", c.num_experts},
+          {"top_k", c.num_experts_per_tok},
+          {"moe_intermediate", c.moe_intermediate_size},
+          {"shared_expert_intermediate", c.shared_expert_intermediate_size}};
+}
+
+}  // namespace
+
+void start_report(Context& ctx, const std::string& benchmark, const SyntheticConfig& synthetic,
+                  SyntheticWeights weights) {
+  const BenchArgs& a = ctx.args;
+  json& out = ctx.out;
+  out["benchmark"] = benchmark;
+  out["model"] = a.model;
+  out["description"] = synthetic.description;
+  out["reduced"] = !synthetic.reduction.empty();
+  out["reduction"] = synthetic.reduction;
+  out["weights_format"] = synthetic_weights_name(weights);
+  out["config"] = config_json(synthetic.config);
+  out["device"] = a.device;
+  out["device_name"] = device_name(a, ctx.be);
+  out["date"] = utc_now();
+  out["commit"] = a.commit.empty() ? json(nullptr) : json(a.commit);
+  fmt::print("model      {} ({}), {} weights\n", a.model, synthetic.description, synthetic_weights_name(weights));
+  if (!synthetic.reduction.empty()) fmt::print("REDUCED    {}\n", synthetic.reduction);
+  fmt::print("device     {} ({})\n", out["device_name"].get<std::string>(), a.device);
+}
+
+void write_json(const std::string& path, const json& doc) {
+  if (path.empty()) return;
+  std::ofstream f(path);
+  PLUMB_CHECK(f.good(), "cannot write {}", path);
+  f << doc.dump(2) << "\n";
+  fmt::print("wrote {}\n", path);
 }
 
 void measure_copy(Context& ctx) {

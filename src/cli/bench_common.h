@@ -1,5 +1,6 @@
-// What plumb bench's parts share (cmd_bench.cpp: decode, prefill and kernels; bench_speculative.cpp: speculative
-// decoding): the arguments, timing, the printed table, and the bytes a decode step must move.
+// What plumb bench's parts (cmd_bench.cpp: decode and prefill; bench_speculative.cpp: speculative decoding) and the
+// kernel benchmark (bench/kernels) share: the arguments, timing, the printed table and report, and the bytes a decode
+// step must move.
 #pragma once
 
 #include <chrono>
@@ -22,10 +23,11 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kPrefillPiece = 8192;
 
 struct BenchArgs {
-  std::string device = "cpu", model, batches = "1,4,16,64", prefill = "4096,16384", kernel_batches = "1,16,64";
+  std::string device = "cpu", model, batches = "1,4,16,64", prefill = "4096,16384";
   std::string json_path, device_name, commit, weights = "bf16";
-  bool synthetic = false, skip_kernels = false, no_graphs = false, profile_last_step = false;
-  int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, kernel_repeats = 10, copy_mib = 0;
+  bool synthetic = false, no_graphs = false, profile_last_step = false;
+  bool skip_kernels = false;  // no effect: kernels are timed by plumb_kernel_bench (older command lines still parse)
+  int64_t context = 32, steps = 20, warmup = 3, prefill_repeats = 3, copy_mib = 0;
   double tensor_rate_tflops = 0;
   uint64_t seed = kSyntheticSeed;
   TokenDraw draw;                   // every decode step's draw of each row (greedy unless --temperature)
@@ -85,6 +87,13 @@ struct Context {
   std::vector<Row> rows;
   json out;
 };
+
+// Fills ctx.out's header (the benchmark's name, the model and its shapes, the weights' format, the device and its
+// name (--device-name, else the GPU's or "cpu"), the time now in UTC, the commit) and prints the model and device.
+void start_report(Context& ctx, const std::string& benchmark, const SyntheticConfig& synthetic,
+                  SyntheticWeights weights);
+// Writes `doc` to `path` (nothing when the path is empty) and says so.
+void write_json(const std::string& path, const json& doc);
 
 // A deterministic stream of token ids.
 class TokenStream {

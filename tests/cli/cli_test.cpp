@@ -495,7 +495,7 @@ TEST_F(Cli, BenchTimesSpeculativeStepsAtTheAcceptanceAsked) {
   const std::string json_path = dir_ + "/bench.json";
   const Outcome r =
       run("bench --device cpu --synthetic --model tiny --batches 1,2 --prefill 16 --steps 4 --warmup 1 "
-          "--skip-kernels --speculative-tokens 1,3 --acceptance-length 2.5 --json " +
+          "--speculative-tokens 1,3 --acceptance-length 2.5 --json " +
           json_path);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("speculative step  B=2, k=3, accept 2.50"));
