@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds what travels to the GPU machine (Release): the plumb binary, the GPU op harness, the projection-kernel
-# benchmarks, the model-kernel benchmark and the GPU token-draw benchmark, stripped and packed with the Debian libraries the GPU machine lacks
-# (PCRE2, utf8proc) into build/device/bin.tar.xz (about 20 MB: the unpacked binaries would not fit the 64 MiB a
-# device call carries).
+# benchmarks, the model-kernel benchmark and the GPU token-draw benchmark, stripped and packed with the Debian
+# libraries the GPU machine lacks (PCRE2, utf8proc) into build/device/bin.tar.xz (about 20 MB: the unpacked binaries
+# would not fit the 64 MiB a device call carries).
 # Then:  run(command="bash scripts/gpu_check.sh", carry=["build/device/bin.tar.xz"])
 #   PLUMB_DEVICE_PROGRAMS="plumb gpu_op_harness ..."  packs only those programs (the kernel tracer always comes): the
 #     whole pack and the tracked tree come near the 64 MiB a call carries, so a call that also carries a baseline

@@ -314,19 +314,18 @@ void bench_kernels(KernelContext& ctx, const ModelWeights& weights, const std::v
     bench_linear(ctx, first_of_kind(weights.layers, LayerKind::kGatedDeltaNet, &LayerWeights::gdn).in_proj_qkv,
                  "in_proj_qkv", max_prefill);
 }
+
 void run(const KernelArgs& k) {
   const BenchArgs& a = k.common;
   PLUMB_CHECK(k.repeats >= 1, "--repeats must be at least 1, got {}", k.repeats);
   PLUMB_CHECK(k.tokens >= 1, "--tokens must be at least 1, got {}", k.tokens);
-  PLUMB_CHECK(a.tensor_rate_tflops >= 0, "--tensor-rate-tflops must not be negative");
   const std::vector<int64_t> batches = parse_sizes(k.batches, "--batches");
-  const SyntheticConfig synthetic = synthetic_config(a.model);
-  const SyntheticWeights weights = parse_synthetic_weights(a.weights);
+  const BenchSetup setup = set_up(a);
+  const SyntheticConfig& synthetic = setup.synthetic;
+  const SyntheticWeights weights = setup.weights;
   const ModelConfig& c = synthetic.config;
-  const auto backend = make_backend(a.device);
-  Backend& be = *backend;
+  Backend& be = *setup.backend;
   KernelContext ctx(k, be, c);
-  if (a.tensor_rate_tflops > 0) ctx.tensor_rate = a.tensor_rate_tflops * 1e12;
   const std::string timing = be.device() == Device::kCpu
                                  ? "wall clock between backend.synchronize() calls"
                                  : "CUDA events on the backend's stream around back-to-back calls, no synchronization "

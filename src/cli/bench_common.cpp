@@ -5,6 +5,7 @@
 #include <ctime>
 #include <fstream>
 
+#include "cli/device.h"
 #include "core/error.h"
 #ifdef PLUMB_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -222,6 +223,18 @@ void start_report(Context& ctx, const std::string& benchmark, const SyntheticCon
   fmt::print("model      {} ({}), {} weights\n", a.model, synthetic.description, synthetic_weights_name(weights));
   if (!synthetic.reduction.empty()) fmt::print("REDUCED    {}\n", synthetic.reduction);
   fmt::print("device     {} ({})\n", out["device_name"].get<std::string>(), a.device);
+}
+
+BenchSetup set_up(const BenchArgs& a) {
+  PLUMB_CHECK(a.tensor_rate_tflops >= 0, "--tensor-rate-tflops must not be negative");
+  if (!a.json_path.empty()) {
+    // Appending creates the file if need be and keeps what is there; the run rewrites it whole at its end.
+    std::ofstream f(a.json_path, std::ios::app);
+    PLUMB_CHECK(f.good(), "--json {}: cannot write to it", a.json_path);
+  }
+  BenchSetup s{synthetic_config(a.model), parse_synthetic_weights(a.weights), nullptr};
+  s.backend = make_backend(a.device);
+  return s;
 }
 
 void write_json(const std::string& path, const json& doc) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -78,15 +79,26 @@ StepBytes decode_step_bytes(const ModelConfig& c, const WeightCounts& n, DType k
 double prefill_flops(const ModelConfig& c, const WeightCounts& n, int64_t T);
 
 struct Context {
-  Context(const BenchArgs& a, Backend& b, const ModelConfig& c) : args(a), be(b), config(c) {}
+  Context(const BenchArgs& a, Backend& b, const ModelConfig& c) : args(a), be(b), config(c) {
+    if (a.tensor_rate_tflops > 0) tensor_rate = a.tensor_rate_tflops * 1e12;
+  }
   const BenchArgs& args;
   Backend& be;
   const ModelConfig& config;
   double copy_bandwidth = 0;          // bytes/s, read + written
-  std::optional<double> tensor_rate;  // FLOP/s
+  std::optional<double> tensor_rate;  // FLOP/s: --tensor-rate-tflops, when given
   std::vector<Row> rows;
   json out;
 };
+
+// What --model, --weights and --device name. set_up() also checks, before the long run, that --tensor-rate-tflops is
+// not negative and that --json can be written (a run must not end in an error that loses its figures).
+struct BenchSetup {
+  SyntheticConfig synthetic;
+  SyntheticWeights weights;
+  std::unique_ptr<Backend> backend;
+};
+BenchSetup set_up(const BenchArgs& a);
 
 // Fills ctx.out's header (the benchmark's name, the model and its shapes, the weights' format, the device and its
 // name (--device-name, else the GPU's or "cpu"), the time now in UTC, the commit) and prints the model and device.

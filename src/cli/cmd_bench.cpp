@@ -189,7 +189,6 @@ void run_bench(const BenchArgs& a) {
   PLUMB_CHECK(a.context >= 1, "--context must be at least 1, got {}", a.context);
   PLUMB_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be at least 1 and --warmup at least 0");
   PLUMB_CHECK(a.prefill_repeats >= 1, "--prefill-repeats must be at least 1, got {}", a.prefill_repeats);
-  PLUMB_CHECK(a.tensor_rate_tflops >= 0, "--tensor-rate-tflops must not be negative");
   PLUMB_CHECK(std::isfinite(a.draw.temperature) && a.draw.temperature >= 0.0f &&
                   (a.draw.temperature == 0.0f || std::isfinite(1.0f / a.draw.temperature)),
               "--temperature must be 0 or a finite positive number, got {}", a.draw.temperature);
@@ -203,16 +202,13 @@ void run_bench(const BenchArgs& a) {
     PLUMB_CHECK(k <= kMaxSpeculativeTokens, "--speculative-tokens: {} is above {}", k, kMaxSpeculativeTokens);
   PLUMB_CHECK(std::isfinite(a.acceptance_length) && a.acceptance_length >= 1.0,
               "--acceptance-length must be at least 1, got {}", a.acceptance_length);
-  const SyntheticConfig synthetic = synthetic_config(a.model);
-  const SyntheticWeights weights = parse_synthetic_weights(a.weights);
-  const ModelConfig& c = synthetic.config;
-
-  const auto backend = make_backend(a.device);
-  Backend& be = *backend;
+  const BenchSetup setup = set_up(a);
+  const SyntheticWeights weights = setup.weights;
+  const ModelConfig& c = setup.synthetic.config;
+  Backend& be = *setup.backend;
   Context ctx(a, be, c);
-  if (a.tensor_rate_tflops > 0) ctx.tensor_rate = a.tensor_rate_tflops * 1e12;
   json& out = ctx.out;
-  start_report(ctx, "plumb bench", synthetic, weights);
+  start_report(ctx, "plumb bench", setup.synthetic, weights);
   out["options"] = {{"batches", batches},
                     {"prefill", prefills},
                     {"context", a.context},

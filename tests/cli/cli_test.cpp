@@ -491,6 +491,13 @@ TEST_F(Cli, ABenchDrawNoBackendTakesIsRefusedByItsFlag) {
 
 // plumb bench --speculative-tokens times drafting, verifying steps beside plain ones, at the acceptance length asked
 // (capped at k + 1), and writes them to its JSON; a count past 8 or a length below 1 is refused by its flag.
+// A --json that cannot be written is refused before the run, not after it, when its figures would be lost.
+TEST_F(Cli, BenchRefusesAnUnwritableJsonBeforeRunning) {
+  const Outcome r = run("bench --device cpu --synthetic --model tiny --json " + dir_ + "/no-such-folder/bench.json");
+  expect_clean_failure(r, "--json " + dir_ + "/no-such-folder/bench.json: cannot write to it");
+  EXPECT_THAT(r.out, Not(HasSubstr("decode step"))) << "nothing was timed";
+}
+
 TEST_F(Cli, BenchTimesSpeculativeStepsAtTheAcceptanceAsked) {
   const std::string json_path = dir_ + "/bench.json";
   const Outcome r =
