@@ -62,7 +62,8 @@ TEST(Device, IsUsable) {
 
 // The limits the launchers size their grids and shared memory by, read once per device, are the driver's, and the
 // build's kernels run on the device (CudaBackend refuses a device they do not run on with kernel_image_problem's
-// message; that path needs a GPU of another architecture and is not exercised here).
+// message, whose sentence KernelImage.MessageNamesTheCapabilityFloor checks; the refusal itself needs a GPU of another
+// architecture and is not exercised here).
 TEST(Device, LimitsMatchTheDriver) {
   PLUMB_NEED_GPU();
   gpu();  // the backend selects its device
@@ -78,6 +79,20 @@ TEST(Device, LimitsMatchTheDriver) {
   EXPECT_EQ(limits.minor, properties.minor);
   EXPECT_EQ(&cuda::device_limits(), &limits) << "read once: the same record on the second call";
   EXPECT_EQ(cuda::kernel_image_problem(), "");
+}
+
+// What a device the build's kernels do not run on is told (no GPU needed: the sentence alone): below compute
+// capability 9.0 that no build of plumb runs there, not a build flag that would fail at configure time.
+TEST(KernelImage, MessageNamesTheCapabilityFloor) {
+  const std::string ampere = cuda::kernel_image_message(1, "NVIDIA A100", 8, 0, "no kernel image is available");
+  EXPECT_NE(ampere.find("device 1 (NVIDIA A100) has compute capability 8.0"), std::string::npos) << ampere;
+  EXPECT_NE(ampere.find("need 9.0 or later"), std::string::npos) << ampere;
+  EXPECT_EQ(ampere.find("PLUMB_CUDA_ARCHS"), std::string::npos) << ampere;
+  const std::string blackwell = cuda::kernel_image_message(0, "RTX", 12, 0, "no kernel image is available");
+  EXPECT_NE(blackwell.find("-DPLUMB_CUDA_ARCHS=120"), std::string::npos) << blackwell;
+  EXPECT_NE(blackwell.find("(the driver says: no kernel image is available)"), std::string::npos) << blackwell;
+  const std::string hopper = cuda::kernel_image_message(0, "H100", 9, 0, "no kernel image is available");
+  EXPECT_NE(hopper.find("-DPLUMB_CUDA_ARCHS=90a"), std::string::npos) << hopper;
 }
 
 class Cases : public ::testing::TestWithParam<size_t> {};

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/tensor_checks.h"
 #include "core/error.h"
 #include "ops/checks.h"
@@ -167,13 +168,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     split_tiles.clear();
   }
   if (tiles.empty() && split_tiles.empty()) return;
-  // Items a split tile: as many as fill the GPU once with every split tile's (at least one, at most the segments a
-  // token may have). A function of the tile count and the blocks bound alone, so a recorded step's never changes.
-  const int64_t resident = static_cast<int64_t>(properties_.multiProcessorCount) *
-                           cuda::attention_ctas_per_multiprocessor(static_cast<int>(d));
-  const int64_t split_count = std::max<int64_t>(1, static_cast<int64_t>(split_tiles.size()));
-  const int split_chunks =
-      static_cast<int>(std::clamp<int64_t>(resident / (split_count * nkv), 1, cuda::attention_segments(split_blocks)));
+  // A function of the tile count and the blocks bound alone, so a recorded step's never changes.
+  const int split_chunks = cuda::choose_attention_split_items(static_cast<int64_t>(split_tiles.size()), nkv,
+                                                              static_cast<int>(d), split_blocks);
   // Scheduling order only: a tile's results do not depend on when it runs. Whole tiles heaviest first; split items
   // run by run, so each CTA column's share of empty items (tokens of fewer segments) is small.
   std::vector<size_t> order(tiles.size());
@@ -242,8 +239,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   params.split_chunks = split_chunks;
   params.tiles = device_items + tiles.size();
   params.tile_count = static_cast<int64_t>(split_tiles.size()) * split_chunks;
-  // As many CTA columns as fill the GPU once, each taking every so-many-th item.
-  const int64_t columns = std::max<int64_t>(1, resident / nkv);
+  const int64_t columns = cuda::choose_attention_columns(nkv, static_cast<int>(d));
   enqueue("attention_kernel", [&] { cuda::launch_attention(params, columns, fault(), stream()); });
 }
 

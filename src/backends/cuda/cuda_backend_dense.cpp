@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/dense.h"
+#include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/kernels/sample.h"
 #include "backends/cuda/tensor_checks.h"
 #include "core/counter_rng.h"
@@ -20,11 +21,6 @@ namespace {
 void expect_same_numel(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
   PLUMB_CHECK(a.numel() == b.numel(), "{}: {} holds {} elements and {} holds {}", op, a_name, a.numel(), b_name,
               b.numel());
-}
-
-// Grid cap for the grid-striding kernels (256-thread blocks): enough blocks to fill every multiprocessor.
-int grid_cap(const cudaDeviceProp& properties) {
-  return properties.multiProcessorCount * 8;
 }
 
 // x [R, D], y like x, w [D]: the shared checks of the two norms; returns R.
@@ -67,7 +63,7 @@ void CudaBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   params.seed = seed;
   params.lo = lo;
   params.range = hi - lo;
-  params.max_blocks = grid_cap(properties());
+  params.max_blocks = cuda::grid_stride_block_cap();
   enqueue("random_uniform_kernel", [&] { cuda::launch_random_uniform(params, fault(), stream()); });
 }
 
@@ -204,7 +200,7 @@ void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
   params.a = x.f32();
   params.b = gate.f32();
   params.count = x.numel();
-  params.max_blocks = grid_cap(properties());
+  params.max_blocks = cuda::grid_stride_block_cap();
   enqueue("elementwise_kernel (mul_sigmoid)", [&] { cuda::launch_mul_sigmoid(params, fault(), stream()); });
 }
 
@@ -236,7 +232,7 @@ void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   params.a = gate.f32();
   params.b = up.f32();
   params.count = out.numel();
-  params.max_blocks = grid_cap(properties());
+  params.max_blocks = cuda::grid_stride_block_cap();
   enqueue("elementwise_kernel (silu_mul)", [&] { cuda::launch_silu_mul(params, fault(), stream()); });
 }
 
@@ -250,7 +246,7 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   params.a = x.f32();
   params.b = y.f32();
   params.count = x.numel();
-  params.max_blocks = grid_cap(properties());
+  params.max_blocks = cuda::grid_stride_block_cap();
   enqueue("elementwise_kernel (add)", [&] { cuda::launch_add(params, fault(), stream()); });
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "backends/cuda/kernels/arch.cuh"
 #include "backends/cuda/kernels/device_limits.h"
 
 namespace plumb::cuda {
@@ -35,6 +36,19 @@ const DeviceLimits& device_limits() {
   return it->second;
 }
 
+std::string kernel_image_message(int device, const std::string& name, int major, int minor,
+                                 const std::string& driver_error) {
+  const std::string which = "device " + std::to_string(device) + " (" + name + ") has compute capability " +
+                            std::to_string(major) + "." + std::to_string(minor);
+  if (major * 10 + minor < kMinComputeCapability) {
+    return which + ", and plumb's kernels need 9.0 or later (Hopper or Blackwell: arch.cuh says what they use)";
+  }
+  return which +
+         ", and this plumb holds kernels for the GPU architectures " PLUMB_CUDA_ARCHS_TEXT " only (the driver says: " +
+         driver_error + "); build plumb for this device with cmake -DPLUMB_CUDA_ARCHS=" + std::to_string(major) +
+         std::to_string(minor) + (major == 9 && minor == 0 ? "a" : "");
+}
+
 std::string kernel_image_problem() {
   cudaFuncAttributes attributes{};
   const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel_image_probe);
@@ -44,12 +58,7 @@ std::string kernel_image_problem() {
   cudaGetDevice(&device);
   cudaDeviceProp properties{};
   cudaGetDeviceProperties(&properties, device);
-  return "device " + std::to_string(device) + " (" + properties.name + ") has compute capability " +
-         std::to_string(properties.major) + "." + std::to_string(properties.minor) +
-         ", and this plumb holds kernels for the GPU architectures " PLUMB_CUDA_ARCHS_TEXT " only (the driver says: " +
-         cudaGetErrorString(status) +
-         "); build plumb for this device with cmake -DPLUMB_CUDA_ARCHS=" + std::to_string(properties.major) +
-         std::to_string(properties.minor) + (properties.major == 9 && properties.minor == 0 ? "a" : "");
+  return kernel_image_message(device, properties.name, properties.major, properties.minor, cudaGetErrorString(status));
 }
 
 }  // namespace plumb::cuda

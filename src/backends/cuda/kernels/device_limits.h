@@ -22,5 +22,10 @@ const DeviceLimits& device_limits();
 // device, else a sentence saying which device it is and what the build holds, for plumb's own error message: without
 // this check every launch on such a device fails with the driver's "no kernel image is available".
 std::string kernel_image_problem();
+// kernel_image_problem's sentence for device `device` (`name`, compute capability major.minor) on which the driver
+// found no kernel of this build (`driver_error`): below compute capability 9.0, that plumb does not run there at
+// all (arch.cuh); else which build would.
+std::string kernel_image_message(int device, const std::string& name, int major, int minor,
+                                 const std::string& driver_error);
 
 }  // namespace plumb::cuda

@@ -22,10 +22,10 @@
 // staged as BF16 pairs, with a new bound), and pass 1's K̂ and Q̂ likewise in halves of dk.
 #include <cuda_runtime.h>
 
-#include "backends/cuda/kernels/device_limits.h"
 #include "backends/cuda/kernels/gdn.h"
 #include "backends/cuda/kernels/gdn_chunked_common.cuh"
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/launch_choices.h"
 
 namespace plumb::cuda {
 namespace {
@@ -381,11 +381,7 @@ void launch_state(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cud
 
 template <KernelFault kFault>
 void launch_state_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cudaStream_t stream) {
-  const int optin = device_limits().smem_per_block_optin;
-  // 32-column slices where they fit (dk <= 128 on sm_90), else 8-column slices; the slice width never changes a
-  // result (each output element's k-steps are the same).
-  if (gdn_chunk_state_smem_bytes<32>(p.key_dim) <= static_cast<size_t>(optin))
-    return launch_state<32, kFault>(p, plan, stream);
+  if (choose_gdn_chunk_state_columns(p.key_dim) == 32) return launch_state<32, kFault>(p, plan, stream);
   return launch_state<8, kFault>(p, plan, stream);
 }
 

@@ -9,6 +9,8 @@
 
 #include <utility>
 
+#include "backends/cuda/kernels/arch.cuh"
+
 namespace plumb::cuda {
 
 // Waits for the grids this one depends on (a no-op where the launch was not programmatic or below sm_90).

@@ -395,70 +395,18 @@ int32_t linear_k_split(int64_t k, int64_t requested) {
   return static_cast<int32_t>((slices + per - 1) / per);
 }
 
-namespace {
-// Row tiles of a product: its tile list's length for a grouped one.
-int64_t row_tiles(const LinearParams& p) {
+int64_t linear_row_tiles(const LinearParams& p) {
   if (p.tiles != nullptr) return p.max_tiles;
   const int tile_rows = linear_tile_rows(p.shape);
   return (p.rows + tile_rows - 1) / tile_rows;
 }
-}  // namespace
-
-int32_t choose_linear_k_split(const LinearParams& p, int sm_count) {
-  const bool streaming = visit_shape(p.shape, [](auto s) { return IsStream<decltype(s)>::value; });
-  const int64_t slices = linear_slices(p.k);
-  if (!streaming || slices <= 1) return 1;
-  // Warps of 16 features each. Measured on the H200 (docs/performance.md, the split sweep of bench/linear): at one to
-  // 16 rows a product runs fastest with about four of them a multiprocessor, K split to make up the rest (8192 x
-  // 2048: whole; 4096 x 2048: 2; 2048 x 4096: 4; 512 x 2048: 16); more, shorter blocks lose more to their start-up
-  // and their partial sums than they gain in loads in flight.
-  // A grouped product ran the register-ring kernel when this was measured, whose warps keep fewer loads in flight
-  // than the shared-memory ring's: it wants twice as many of them. (A grouped FP8 product at batch 1 now fits the
-  // ring, its tiles one row each, at this same count: 16 warps a multiprocessor, FP8's count for a plain product.)
-  // FP8 weights cost instructions to widen (a few per pair of codes), and a warp waits on their results: with a BF16
-  // product's four warps a multiprocessor, one or two a scheduler, half its issue cycles go unused (ncu, 12288 x 2048
-  // at T=1). linear_bench --weights fp8's sweep (H200, 2026-12-04): one to 8 rows run fastest with about 16 warps a
-  // multiprocessor (12288 x 2048: split 2, 20.4 against 23.5 µs whole; 8192 x 2048: 4; 4096 x 2048: 8; 2048 x 4096:
-  // 16), 16 rows with about 8 (8192 x 2048: 2; 2048 x 4096: 8, 21 against 52 µs whole).
-  const bool fp8 = p.w_type == LinearWeights::kFp8;
-  const int64_t warps = static_cast<int64_t>((p.n + 15) / 16) * row_tiles(p);
-  const int64_t fp8_factor = !fp8 ? 1 : (p.shape == LinearShape::kStream8 && p.tiles == nullptr ? 4 : 2);
-  const int64_t per_sm = (p.tiles != nullptr ? 8 : 4) * fp8_factor;
-  const int64_t split = per_sm * static_cast<int64_t>(sm_count) / std::max<int64_t>(warps, 1);
-  if (split <= 1) return 1;
-  // The partial sums travel through L2 and back: worth it only while small beside the weights they replace (BF16: a
-  // quarter of their bytes). FP8's gain from more warps outweighs partial sums as large as its weights (the 16-row
-  // splits above).
-  const int64_t matrices = p.tiles != nullptr ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
-  const int64_t partial_bytes = slices * p.rows * p.n * int64_t{4};
-  const int64_t weight_bytes = (fp8 ? 1 : 2) * int64_t{p.n} * p.k * matrices;
-  if ((fp8 ? 1 : 4) * partial_bytes > weight_bytes) return 1;
-  return linear_k_split(p.k, split);
-}
 
 int64_t linear_arrival_count(const LinearParams& p) {
-  return static_cast<int64_t>((p.n + 15) / 16) * row_tiles(p);
+  return static_cast<int64_t>((p.n + 15) / 16) * linear_row_tiles(p);
 }
 
 int64_t linear_partials_count(const LinearParams& p) {
   return static_cast<int64_t>(linear_slices(p.k)) * p.rows * p.n;
-}
-
-LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
-                                int sm_count, bool wgmma) {
-  if (w_type == LinearWeights::kF32) return LinearShape::kF32;
-  if (rows_per_matrix <= 8) return LinearShape::kStream8;
-  if (rows_per_matrix <= 16) return LinearShape::kStream16;
-  if (rows_per_matrix <= 32) return LinearShape::kStream32;
-  if (rows_per_matrix <= 64) return LinearShape::kStream64;
-  // FP8 weights on warpgroup MMA: linear_bench at 4096 rows on the H200 (2026-12-04), 158-165 TFLOP/s against the
-  // tiled kernel's 108-114 (which spills with FP8's widening). BF16 stays on the tiled kernel, 170-179 TFLOP/s
-  // against wgmma128's 158-165 in the same call.
-  if (wgmma && w_type == LinearWeights::kFp8) return LinearShape::kWgmma128;
-  // Wide tiles when they still give every multiprocessor two blocks.
-  const int64_t wide_blocks =
-      (n + Tiled128::kFeatures - 1) / Tiled128::kFeatures * ((total_rows + Tiled128::kRows - 1) / Tiled128::kRows);
-  return wide_blocks >= 2 * static_cast<int64_t>(sm_count) ? LinearShape::kTiled128 : LinearShape::kTiled64;
 }
 
 const char* linear_launch_refusal(const LinearParams& p) {
@@ -586,6 +534,17 @@ const char* linear_shape_name(LinearShape shape) {
 
 int linear_tile_rows(LinearShape shape) {
   return visit_shape(shape, [](auto s) { return decltype(s)::kRows; });
+}
+
+int linear_tile_features(LinearShape shape) {
+  return visit_shape(shape, [](auto s) {
+    using S = decltype(s);
+    if constexpr (requires { S::kFeatures; }) {
+      return S::kFeatures;
+    } else {
+      return 0;
+    }
+  });
 }
 
 bool linear_stages_bf16(LinearShape shape) {

@@ -58,15 +58,12 @@ enum class LinearShape : int {
   kF32,       // F32 weights on CUDA cores, 8 rows per tile
 };
 
-// The shape for a product with `rows_per_matrix` rows per weight matrix (all rows for linear, a typical expert's
-// share for MoE), `total_rows` rows in all, `n` output features, on a GPU of `sm_count` multiprocessors that has
-// warpgroup MMA (`wgmma`: linear_wgmma_runs) or not.
-LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
-                                int sm_count, bool wgmma);
 // Whether the current device runs the kWgmma128 shape (a Hopper GPU, and a build for sm_90a).
 bool linear_wgmma_runs();
 // Product rows per row tile: the granularity of a grouped product's tile list.
 int linear_tile_rows(LinearShape shape);
+// Output features per block of a tiled or warpgroup shape (0 for the others, whose blocks take 16 per warp).
+int linear_tile_features(LinearShape shape);
 // Whether the shape reads its activations as BF16 rather than F32: made by launch_linear_to_bf16, or, where
 // linear_stages_slot_order, by launch_linear_to_bf16_slots.
 bool linear_stages_bf16(LinearShape shape);
@@ -126,10 +123,8 @@ struct LinearParams {
 int linear_slices(int64_t k);
 // The blocks a requested split really uses: every block a run of ceil(slices / requested) whole slices.
 int32_t linear_k_split(int64_t k, int64_t requested);
-// Production's split for `params` (shape, rows, n, k and, for a grouped product, max_tiles set) on a GPU of `sm_count`
-// multiprocessors: K is spread over blocks when the features alone give too few warps to keep the GPU's memory busy
-// and the partial sums are small beside the weights. 1 for the tiled and F32 shapes.
-int32_t choose_linear_k_split(const LinearParams& params, int sm_count);
+// Row tiles of a product: its tile list's length for a grouped one.
+int64_t linear_row_tiles(const LinearParams& params);
 // The arrival counters a split launch of `params` may use (one per 16 features and row tile) and the partial sums it
 // stores (F32 elements).
 int64_t linear_arrival_count(const LinearParams& params);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/kernels/linear_common.cuh"
 
 namespace plumb::cuda::linear_detail {
@@ -388,15 +389,10 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 
 // ---- Launchers. ----
 
-// Warps per streaming block: the most (up to kStreamMaxWarps) that still give every multiprocessor a block, so small
-// products spread over the whole GPU while large ones share each activation slab among more warps.
+// Warps per streaming block: the forced count, or launch_choices.h's.
 int stream_warps(const LinearParams& p) {
   if (p.stream_warps > 0) return p.stream_warps;
-  const int sms = device_limits().multiprocessors;
-  const int64_t warp_tiles = static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles * p.k_split;
-  int warps = kStreamMaxWarps;
-  while (warps > 1 && warp_tiles / warps < sms) warps /= 2;
-  return warps;
+  return choose_linear_stream_warps(static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles * p.k_split, kStreamMaxWarps);
 }
 
 // The ring shape a streaming shape hands plain products of weights W to (void: none).
@@ -442,17 +438,11 @@ int64_t ring_blocks(const LinearParams& p) {
   return static_cast<int64_t>((p.n + 16 * R::kWarps - 1) / (16 * R::kWarps)) * p.max_tiles * p.k_split;
 }
 
-// Whether a product goes to linear_stream_ring_kernel: when all its blocks fit on the GPU at once (each
-// multiprocessor holds as many as its shared memory allows). Larger products keep more warps busy with
-// linear_stream_kernel's register ring, whose blocks need less shared memory.
+// Whether a product goes to linear_stream_ring_kernel<R> (launch_choices.h).
 template <class R>
 bool ring_fits(const LinearParams& p) {
   if (p.tiles == nullptr ? p.rows > R::kRows : p.tile_rows > R::kRows) return false;
-  const DeviceLimits& device = device_limits();
-  const int sms = device.multiprocessors, smem_per_sm = device.smem_per_multiprocessor;
-  constexpr int kPerBlockExtra = 2048;  // static shared memory and what the runtime reserves per block
-  const int64_t per_sm = smem_per_sm / (R::ring_bytes(ring_rows<R>(p)) + kPerBlockExtra);
-  return ring_blocks<R>(p) <= per_sm * sms;
+  return linear_ring_holds_all_blocks(ring_blocks<R>(p), R::ring_bytes(ring_rows<R>(p)));
 }
 
 // Launches p on linear_stream_ring_kernel<R>.

@@ -1,0 +1,44 @@
+// Hopper's launch numbers (launch_tuning.h), each with the measurement behind it; docs/performance.md holds the
+// tables these sweeps produced.
+#include "backends/cuda/kernels/launch_tuning.h"
+
+namespace plumb::cuda {
+
+const LaunchTuning kSm90Tuning = {
+    .measured_on = "sm_90 (H200)",
+    // Measured on the H200 (the split sweep of bench/linear): at one to 16 rows a BF16 product runs fastest with
+    // about four warps a multiprocessor, K split to make up the rest (8192 x 2048: whole; 4096 x 2048: 2; 2048 x 4096:
+    // 4; 512 x 2048: 16); more, shorter blocks lose more to their start-up and their partial sums than they gain in
+    // loads in flight.
+    .stream_warps_per_sm = 4,
+    // A grouped product ran the register-ring kernel when this was measured, whose warps keep fewer loads in flight
+    // than the shared-memory ring's: it wants twice as many of them. (A grouped FP8 product at batch 1 now fits the
+    // ring, its tiles one row each, at this same count: 16 warps a multiprocessor, FP8's count for a plain product.)
+    .grouped_stream_warps_per_sm = 8,
+    // FP8 weights cost instructions to widen (a few per pair of codes), and a warp waits on their results: with a
+    // BF16 product's four warps a multiprocessor, one or two a scheduler, half its issue cycles go unused (ncu,
+    // 12288 x 2048 at T=1). linear_bench --weights fp8's sweep (H200, 2026-12-04): one to 8 rows run fastest with
+    // about 16 warps a multiprocessor (12288 x 2048: split 2, 20.4 against 23.5 µs whole; 8192 x 2048: 4;
+    // 4096 x 2048: 8; 2048 x 4096: 16), 16 rows with about 8 (8192 x 2048: 2; 2048 x 4096: 8, 21 against 52 µs
+    // whole).
+    .fp8_plain_8_row_factor = 4,
+    .fp8_factor = 2,
+    // The partial sums travel through L2 and back: worth it only while small beside the weights they replace (BF16:
+    // a quarter of their bytes). FP8's gain from more warps outweighs partial sums as large as its weights (the
+    // 16-row splits above).
+    .bf16_partials_per_weight_byte = 4,
+    .fp8_partials_per_weight_byte = 1,
+    // Two blocks a multiprocessor keep one block's loads in flight while the other multiplies.
+    .wide_tile_blocks_per_sm = 2,
+    // linear_bench at 4096 rows on the H200 (2026-12-04): FP8 weights on warpgroup MMA 158-165 TFLOP/s against the
+    // tiled kernel's 108-114 (which spills with FP8's widening). BF16 stays on the tiled kernel, 170-179 TFLOP/s
+    // against wgmma128's 158-165 in the same call.
+    .fp8_prefill_on_wgmma = true,
+    // The 1 KiB the runtime reserves a block on sm_90 and the ring kernel's 128-256 bytes of static shared memory
+    // (resource_usage.txt), rounded up.
+    .ring_block_extra_smem = 2048,
+    // Eight 256-thread blocks fill a multiprocessor's 2048 threads.
+    .grid_stride_blocks_per_sm = 8,
+};
+
+}  // namespace plumb::cuda
