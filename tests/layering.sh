@@ -11,6 +11,7 @@ src=$(cd "$src" && pwd -P)
 declare -A allowed=(
   [core]="core"
   [ops]="core ops"
+  [parallel]="core parallel"
   [backends]="core ops backends"
   [model]="core ops model"
   [loader]="core ops model loader"
