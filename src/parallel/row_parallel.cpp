@@ -1,0 +1,97 @@
+// row_parallel.h. The exact reduction is built from the backend's own product and addition: a product over one K-slice
+// is that slice's partial sum as the whole product computes it (its fold starts from -0, which adds nothing), and
+// add() is the fold's F32 addition rounded to nearest, so adding the slices' products in order onto the running sum
+// repeats the whole product's fold step by step.
+#include "parallel/row_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace plumb::parallel {
+namespace {
+
+int64_t slices_of(int64_t k) {
+  return (k + kWeightScaleBlockK - 1) / kWeightScaleBlockK;
+}
+
+// Columns [begin, end) of a host matrix w [N, K] of any dtype, with its block scales' columns for those slices
+// (begin a slice boundary).
+Tensor host_columns(const Tensor& w, int64_t begin, int64_t end) {
+  const int64_t n = w.dim(0), k = w.dim(1), width = end - begin;
+  const size_t element = dtype_size(w.dtype());
+  Tensor out = Tensor::zeros(w.dtype(), {n, width});
+  const auto* from = static_cast<const unsigned char*>(w.data());
+  auto* to = static_cast<unsigned char*>(out.data());
+  for (int64_t row = 0; row < n; ++row)
+    std::memcpy(to + static_cast<size_t>(row * width) * element, from + static_cast<size_t>(row * k + begin) * element,
+                static_cast<size_t>(width) * element);
+  if (const Tensor* scales = w.block_scales())
+    out = out.with_block_scales(
+        host_columns(*scales, begin / kWeightScaleBlockK, slices_of(end - begin) + begin / kWeightScaleBlockK));
+  return out;
+}
+
+}  // namespace
+
+ColumnRange row_parallel_columns(int64_t k, int rank, int world) {
+  const int64_t slices = slices_of(k);
+  PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world, "row-parallel split: rank {} of a world of {}", rank, world);
+  PLUMB_CHECK(slices >= world, "row-parallel split: K = {} has {} slices of {}, fewer than the {} ranks", k, slices,
+              kWeightScaleBlockK, world);
+  const int64_t each = slices / world, extra = slices % world;
+  const int64_t first = rank * each + std::min<int64_t>(rank, extra);
+  const int64_t count = each + (rank < extra ? 1 : 0);
+  return {first * kWeightScaleBlockK, std::min(k, (first + count) * kWeightScaleBlockK)};
+}
+
+RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int rank, int world) {
+  PLUMB_CHECK(w.device() == Device::kCpu && w.rank() == 2,
+              "row-parallel split: the weight is {} {}, expected a host "
+              "matrix [N, K]",
+              w.device() == Device::kCpu ? "a host tensor" : "a GPU tensor", shape_str(w.shape()));
+  RowParallelShard shard;
+  shard.reduction = reduction;
+  shard.columns = row_parallel_columns(w.dim(1), rank, world);
+  if (reduction == RowReduction::kSum) {
+    shard.whole = host_columns(w, shard.columns.begin, shard.columns.end);
+    return shard;
+  }
+  for (int64_t begin = shard.columns.begin; begin < shard.columns.end; begin += kWeightScaleBlockK)
+    shard.slices.push_back(host_columns(w, begin, std::min(shard.columns.end, begin + kWeightScaleBlockK)));
+  return shard;
+}
+
+void row_parallel_linear(Backend& be, Collective& collective, const Tensor& x_local, const RowParallelShard& shard,
+                         Tensor& y) {
+  const int64_t width = shard.columns.end - shard.columns.begin, rows = y.dim(0);
+  PLUMB_CHECK(x_local.rank() == 2 && x_local.dim(1) == width && x_local.dim(0) == rows,
+              "row-parallel product: x is {}, expected [{}, {}] (this rank's columns {} to {})",
+              shape_str(x_local.shape()), rows, width, shard.columns.begin, shard.columns.end);
+  if (shard.reduction == RowReduction::kSum) {
+    be.linear(x_local, shard.whole, y);
+    collective.all_reduce_sum(y);
+    return;
+  }
+  const int rank = collective.rank(), world = collective.world_size();
+  Tensor partial = be.empty(DType::kF32, y.shape());  // [T, N]: one slice's product
+  if (rank > 0) collective.recv(y, rank - 1);
+  for (size_t s = 0; s < shard.slices.size(); ++s) {
+    const int64_t begin = static_cast<int64_t>(s) * kWeightScaleBlockK;
+    const int64_t end = std::min(width, begin + kWeightScaleBlockK);
+    Tensor x_slice = be.empty(DType::kF32, {rows, end - begin});  // [T, ≤ 128]
+    be.slice_columns(x_local, begin, end, x_slice);
+    // The first slice of all starts the fold: its product is the running sum itself, sign of zero included.
+    if (rank == 0 && s == 0) {
+      be.linear(x_slice, shard.slices[s], y);
+      continue;
+    }
+    be.linear(x_slice, shard.slices[s], partial);
+    be.add(y, partial);
+  }
+  if (rank + 1 < world) collective.send(y, rank + 1);
+  collective.broadcast(y, world - 1);
+}
+
+}  // namespace plumb::parallel

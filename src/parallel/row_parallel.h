@@ -1,0 +1,48 @@
+// Row-parallel projections: a weight w [N, K] split by its K columns over the ranks, each rank multiplying its share
+// of the activations (the column-parallel layer before it leaves each rank its own columns) and the ranks' products
+// reduced. Two reductions:
+// - exact: the products' fixed K-slice fold (docs/kernel-contract.md) goes on from rank to rank: rank r adds the
+//   partial sums of its slices, in slice order, onto the running sum rank r − 1 sends it, and the last rank's sum is
+//   broadcast. Every rank ends with the bits of the unsplit product, whatever the number of ranks.
+// - sum: each rank's whole product, all-reduced in rank order. The same bits run to run, but another number of ranks
+//   rounds the sum differently.
+// K is split at slice boundaries (kWeightScaleBlockK) in contiguous runs, earlier ranks taking one slice more where
+// the slices do not divide evenly.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/backend.h"
+#include "parallel/collective.h"
+
+namespace plumb::parallel {
+
+enum class RowReduction { kExact, kSum };
+
+// The columns [begin, end) of K that rank `rank` of `world` ranks takes. At least one slice each: a world with more
+// ranks than K has slices is refused.
+struct ColumnRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+ColumnRange row_parallel_columns(int64_t k, int rank, int world);
+
+// One rank's share of a row-parallel weight, in host memory: one matrix per K-slice for the exact reduction, or the
+// share's columns as one matrix for the sum.
+struct RowParallelShard {
+  RowReduction reduction = RowReduction::kExact;
+  ColumnRange columns;
+  std::vector<Tensor> slices;  // kExact: [N, ≤ kWeightScaleBlockK] each, the share's slices in order
+  Tensor whole;                // kSum: [N, columns.end - columns.begin]
+};
+// Rank `rank`'s share of w [N, K] (a host tensor: F32, BF16, or FP8 with its block scales, which follow their slices).
+RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int rank, int world);
+
+// y [T, N] ← x · wᵀ, x [T, K] given as this rank's columns, x_local [T, shard.columns.end - shard.columns.begin], and
+// w as this rank's shard (its tensors in `be`'s memory: upload a host shard first). Every rank calls it with the
+// same shapes; y is the same on every rank, and with kExact it is linear(x, w)'s.
+void row_parallel_linear(Backend& be, Collective& collective, const Tensor& x_local, const RowParallelShard& shard,
+                         Tensor& y);
+
+}  // namespace plumb::parallel

@@ -1,0 +1,140 @@
+// The row-parallel product on the CPU backend, ranks in threads: with the exact reduction every rank holds the unsplit
+// product's bits at 1 to 4 ranks, for F32, BF16 and FP8 weights and either rounding of the reference; the sum
+// reduction is the same run to run but not the unsplit bits (the control that shows the exact one is not trivially
+// so); and the K split is whole slices.
+#include "parallel/row_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "parallel/thread_world.h"
+#include "support/tensors.h"
+
+namespace plumb::parallel {
+namespace {
+
+constexpr int64_t kRows = 5, kFeatures = 37, kK = 680;  // K: five whole slices of 128 and a short one of 40
+constexpr std::chrono::milliseconds kTimeout{20000};
+
+Tensor random_f32(Shape shape, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  Tensor t = Tensor::zeros(DType::kF32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = normal(rng);
+  return t;
+}
+
+// w [N, K] as `dtype`; FP8 with a multiplier per row and K-slice.
+Tensor weight(DType dtype) {
+  const Tensor f32 = random_f32({kFeatures, kK}, 7, 0.5f);
+  if (dtype != DType::kF8E4M3) return test::to_dtype(f32, dtype);
+  Tensor codes = Tensor::zeros(DType::kF8E4M3, f32.shape());
+  for (int64_t i = 0; i < f32.numel(); ++i) codes.data_as<uint8_t>()[i] = f32_to_fp8_e4m3(f32.f32()[i] * 64.0f);
+  Tensor scales = random_f32(Tensor::block_scales_shape(f32.shape()), 8, 1.0f);
+  for (int64_t i = 0; i < scales.numel(); ++i) scales.f32()[i] = (1.0f + std::abs(scales.f32()[i])) / 64.0f;
+  return codes.with_block_scales(scales);
+}
+
+// Columns [begin, end) of a host F32 matrix.
+Tensor columns(const Tensor& x, int64_t begin, int64_t end) {
+  Tensor out = Tensor::zeros(DType::kF32, {x.dim(0), end - begin});
+  for (int64_t r = 0; r < x.dim(0); ++r)
+    for (int64_t c = begin; c < end; ++c) out.f32()[r * (end - begin) + c - begin] = x.f32()[r * x.dim(1) + c];
+  return out;
+}
+
+// Every rank's y from row_parallel_linear at `world` ranks.
+std::vector<Tensor> run(const Tensor& x, const Tensor& w, RowReduction reduction, int world, CpuRounding rounding) {
+  std::vector<Tensor> ys(static_cast<size_t>(world));
+  run_thread_ranks(world, kTimeout, [&](Collective& c) {
+    CpuBackend be(rounding);
+    const RowParallelShard shard = shard_row_parallel(w, reduction, c.rank(), world);
+    const Tensor x_local = columns(x, shard.columns.begin, shard.columns.end);
+    Tensor y = Tensor::zeros(DType::kF32, {kRows, kFeatures});
+    row_parallel_linear(be, c, x_local, shard, y);
+    ys[static_cast<size_t>(c.rank())] = y;
+  });
+  return ys;
+}
+
+TEST(RowParallel, ColumnsAreWholeSlicesEarlierRanksTakingTheExtra) {
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{0, 256}, {256, 512}, {512, 640}, {640, 680}};
+  for (int r = 0; r < 4; ++r) {
+    const ColumnRange c = row_parallel_columns(kK, r, 4);
+    EXPECT_EQ(c.begin, expected[static_cast<size_t>(r)].first) << "rank " << r;
+    EXPECT_EQ(c.end, expected[static_cast<size_t>(r)].second) << "rank " << r;
+  }
+  EXPECT_EQ(row_parallel_columns(kK, 0, 1).end, kK);
+  try {
+    row_parallel_columns(kK, 0, 7);
+    FAIL() << "7 ranks for 6 slices were accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "row-parallel split: K = 680 has 6 slices of 128, fewer than the 7 ranks");
+  }
+}
+
+TEST(RowParallel, TheExactReductionGivesEveryRankTheUnsplitProductsBits) {
+  const Tensor x = random_f32({kRows, kK}, 3, 1.0f);
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+    for (const CpuRounding rounding : {CpuRounding::kF32, CpuRounding::kBf16Operands}) {
+      const Tensor w = weight(dtype);
+      CpuBackend be(rounding);
+      Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kFeatures});
+      be.linear(x, w, unsplit);
+      for (int world = 1; world <= 4; ++world) {
+        const std::vector<Tensor> ys = run(x, w, RowReduction::kExact, world, rounding);
+        for (int r = 0; r < world; ++r)
+          EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsplit))
+              << dtype_name(dtype) << (rounding == CpuRounding::kF32 ? "" : ", BF16 operands") << ", " << world
+              << " ranks, rank " << r;
+      }
+    }
+  }
+}
+
+TEST(RowParallel, TheSumReductionRepeatsItselfButNotTheUnsplitBits) {
+  const Tensor x = random_f32({kRows, kK}, 4, 1.0f);
+  const Tensor w = weight(DType::kBF16);
+  CpuBackend be;
+  Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kFeatures});
+  be.linear(x, w, unsplit);
+  EXPECT_TRUE(test::same_bits(run(x, w, RowReduction::kSum, 1, CpuRounding::kF32)[0], unsplit));
+  for (int world = 2; world <= 4; ++world) {
+    const std::vector<Tensor> first = run(x, w, RowReduction::kSum, world, CpuRounding::kF32);
+    const std::vector<Tensor> again = run(x, w, RowReduction::kSum, world, CpuRounding::kF32);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(test::same_bits(first[static_cast<size_t>(r)], first[0])) << world << " ranks, rank " << r;
+      EXPECT_TRUE(test::same_bits(again[static_cast<size_t>(r)], first[0])) << world << " ranks, rank " << r;
+    }
+    int differing = 0;
+    for (int64_t i = 0; i < unsplit.numel(); ++i) differing += first[0].f32()[i] != unsplit.f32()[i] ? 1 : 0;
+    EXPECT_GT(differing, 0) << world << " ranks: the sum gave the unsplit bits, so the exact test shows nothing";
+  }
+}
+
+TEST(RowParallel, AnActivationOfAnotherWidthIsRefused) {
+  const Tensor w = weight(DType::kF32);
+  std::string message;
+  try {
+    run_thread_ranks(1, kTimeout, [&](Collective& c) {
+      CpuBackend be;
+      const RowParallelShard shard = shard_row_parallel(w, RowReduction::kExact, 0, 1);
+      const Tensor x_local = Tensor::zeros(DType::kF32, {kRows, kK - 1});
+      Tensor y = Tensor::zeros(DType::kF32, {kRows, kFeatures});
+      row_parallel_linear(be, c, x_local, shard, y);
+    });
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "rank 0: row-parallel product: x is [5, 679], expected [5, 680] (this rank's columns 0 to 680)");
+}
+
+}  // namespace
+}  // namespace plumb::parallel
