@@ -63,6 +63,12 @@ RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int
   return shard;
 }
 
+Tensor shard_column_parallel(const Tensor& w, int rank, int world) {
+  PLUMB_CHECK(w.rank() == 2, "column-parallel split: the weight is {}, expected a matrix [N, K]", shape_str(w.shape()));
+  const ColumnRange rows = row_parallel_columns(w.dim(0), rank, world);
+  return w.rows(rows.begin, rows.end);
+}
+
 void row_parallel_linear(Backend& be, Collective& collective, const Tensor& x_local, const RowParallelShard& shard,
                          Tensor& y) {
   const int64_t width = shard.columns.end - shard.columns.begin, rows = y.dim(0);

@@ -39,6 +39,11 @@ struct RowParallelShard {
 // Rank `rank`'s share of w [N, K] (a host tensor: F32, BF16, or FP8 with its block scales, which follow their slices).
 RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int rank, int world);
 
+// Rank `rank`'s rows of a column-parallel weight w [N, K] (the product before a row-parallel one): rows
+// row_parallel_columns(N, rank, world), so that its outputs are the columns the row-parallel product after it takes
+// from this rank. A view of w (an FP8 weight's block scales come with its rows).
+Tensor shard_column_parallel(const Tensor& w, int rank, int world);
+
 // y [T, N] ← x · wᵀ, x [T, K] given as this rank's columns, x_local [T, shard.columns.end - shard.columns.begin], and
 // w as this rank's shard (its tensors in `be`'s memory: upload a host shard first). Every rank calls it with the
 // same shapes; y is the same on every rank, and with kExact it is linear(x, w)'s.

@@ -119,6 +119,45 @@ TEST(RowParallel, TheSumReductionRepeatsItselfButNotTheUnsplitBits) {
   }
 }
 
+// A sharded MLP block as a model would run it: gate and up column-parallel (each rank its share of the intermediate
+// features), SiLU(gate) ⊙ up on that share, down row-parallel with the exact reduction.
+TEST(RowParallel, AShardedMlpGivesTheUnshardedBits) {
+  constexpr int64_t kHidden = 200, kInter = 520;  // kInter: four whole slices and one of 8
+  const Tensor x = random_f32({kRows, kHidden}, 11, 1.0f);
+  const Tensor gate = test::to_dtype(random_f32({kInter, kHidden}, 12, 0.1f), DType::kBF16);
+  const Tensor up = test::to_dtype(random_f32({kInter, kHidden}, 13, 0.1f), DType::kBF16);
+  const Tensor down = test::to_dtype(random_f32({kHidden, kInter}, 14, 0.1f), DType::kBF16);
+  CpuBackend be;
+  Tensor g = Tensor::zeros(DType::kF32, {kRows, kInter});  // [T, I]
+  Tensor u = Tensor::zeros(DType::kF32, {kRows, kInter});  // [T, I]
+  Tensor a = Tensor::zeros(DType::kF32, {kRows, kInter});  // [T, I]
+  be.linear(x, gate, g);
+  be.linear(x, up, u);
+  be.silu_mul(g, u, a);
+  Tensor unsharded = Tensor::zeros(DType::kF32, {kRows, kHidden});
+  be.linear(a, down, unsharded);
+  for (int world = 1; world <= 4; ++world) {
+    std::vector<Tensor> ys(static_cast<size_t>(world));
+    run_thread_ranks(world, kTimeout, [&](Collective& c) {
+      CpuBackend rank_be;
+      const Tensor gate_r = shard_column_parallel(gate, c.rank(), world);  // [I_r, H]
+      const Tensor up_r = shard_column_parallel(up, c.rank(), world);      // [I_r, H]
+      const RowParallelShard down_r = shard_row_parallel(down, RowReduction::kExact, c.rank(), world);
+      const int64_t share = gate_r.dim(0);
+      Tensor g_r = Tensor::zeros(DType::kF32, {kRows, share}), u_r = Tensor::zeros(DType::kF32, {kRows, share});
+      Tensor a_r = Tensor::zeros(DType::kF32, {kRows, share});
+      rank_be.linear(x, gate_r, g_r);
+      rank_be.linear(x, up_r, u_r);
+      rank_be.silu_mul(g_r, u_r, a_r);
+      Tensor y = Tensor::zeros(DType::kF32, {kRows, kHidden});
+      row_parallel_linear(rank_be, c, a_r, down_r, y);
+      ys[static_cast<size_t>(c.rank())] = y;
+    });
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsharded)) << world << " ranks, rank " << r;
+  }
+}
+
 TEST(RowParallel, AnActivationOfAnotherWidthIsRefused) {
   const Tensor w = weight(DType::kF32);
   std::string message;
