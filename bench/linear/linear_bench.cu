@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
   }
   const bool fp8 = w_type == LinearWeights::kFp8;
   const size_t elem_bytes = fp8 ? 1 : 2;
+  const plumb::cuda::DeviceLimits& device = plumb::cuda::device_limits();
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
 
@@ -265,7 +266,7 @@ int main(int argc, char** argv) {
       copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
 
       LinearParams p;
-      p.shape = plumb::cuda::choose_linear_shape(w_type, t, t, n, plumb::cuda::linear_wgmma_runs());
+      p.shape = plumb::cuda::choose_linear_shape(w_type, t, t, n, plumb::cuda::linear_wgmma_runs(), device);
       p.w_type = w_type;
       p.w_scales = scales;
       p.y = y;
@@ -274,7 +275,7 @@ int main(int argc, char** argv) {
       p.k = k;
       p.x = x;
       p.max_tiles = (t + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
-      p.k_split = plumb::cuda::choose_linear_k_split(p);
+      p.k_split = plumb::cuda::choose_linear_k_split(p, device);
       p.partials = partials;
       p.arrivals = arrivals;
       if (static_cast<size_t>(plumb::cuda::linear_partials_count(p)) > partial_elems) p.k_split = 1;
@@ -346,7 +347,7 @@ int main(int argc, char** argv) {
       };
       if (t > 64 && plumb::cuda::linear_wgmma_runs()) {
         // Beside it in the same call: the other prefill kernel family (tiled mma.sync or warpgroup MMA).
-        p.shape = p.shape == LinearShape::kWgmma128 ? plumb::cuda::choose_linear_shape(w_type, t, t, n, false)
+        p.shape = p.shape == LinearShape::kWgmma128 ? plumb::cuda::choose_linear_shape(w_type, t, t, n, false, device)
                                                     : LinearShape::kWgmma128;
         p.max_tiles = (t + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
         stage_x();

@@ -5,8 +5,8 @@
 #   bash tests/gpu/require_gpu_test.sh build/test/bin/gpu_op_harness
 set -uo pipefail
 harness=$1
-# Every test that needs a device (Registry, Verdict and KernelImage need none).
-filter='-Registry.*:Verdict.*:KernelImage.*'
+# Every test that needs a device (Registry, Verdict, KernelImage and LaunchChoices need none).
+filter='-Registry.*:Verdict.*:KernelImage.*:LaunchChoices.*'
 status=0
 fail() {
   echo "require_gpu_test: $*"

@@ -63,7 +63,7 @@ void CudaBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
   params.seed = seed;
   params.lo = lo;
   params.range = hi - lo;
-  params.max_blocks = cuda::grid_stride_block_cap();
+  params.max_blocks = cuda::grid_stride_block_cap(cuda::device_limits());
   enqueue("random_uniform_kernel", [&] { cuda::launch_random_uniform(params, fault(), stream()); });
 }
 
@@ -200,7 +200,7 @@ void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
   params.a = x.f32();
   params.b = gate.f32();
   params.count = x.numel();
-  params.max_blocks = cuda::grid_stride_block_cap();
+  params.max_blocks = cuda::grid_stride_block_cap(cuda::device_limits());
   enqueue("elementwise_kernel (mul_sigmoid)", [&] { cuda::launch_mul_sigmoid(params, fault(), stream()); });
 }
 
@@ -232,7 +232,7 @@ void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   params.a = gate.f32();
   params.b = up.f32();
   params.count = out.numel();
-  params.max_blocks = cuda::grid_stride_block_cap();
+  params.max_blocks = cuda::grid_stride_block_cap(cuda::device_limits());
   enqueue("elementwise_kernel (silu_mul)", [&] { cuda::launch_silu_mul(params, fault(), stream()); });
 }
 
@@ -246,7 +246,7 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   params.a = x.f32();
   params.b = y.f32();
   params.count = x.numel();
-  params.max_blocks = cuda::grid_stride_block_cap();
+  params.max_blocks = cuda::grid_stride_block_cap(cuda::device_limits());
   enqueue("elementwise_kernel (add)", [&] { cuda::launch_add(params, fault(), stream()); });
 }
 

@@ -76,8 +76,9 @@ std::shared_ptr<void> CudaBackend::plan_linear(cuda::LinearParams& params, const
     params.stream_kernel = linear_variant_->stream_kernel;
     params.stream_warps = linear_variant_->stream_warps;
   }
-  params.k_split =
-      linear_variant_ && linear_variant_->k_split != 0 ? linear_variant_->k_split : cuda::choose_linear_k_split(params);
+  params.k_split = linear_variant_ && linear_variant_->k_split != 0
+                       ? linear_variant_->k_split
+                       : cuda::choose_linear_k_split(params, cuda::device_limits());
   std::shared_ptr<void> partials;  // [slices, rows, n] F32, when K is spread over blocks
   if (cuda::linear_k_split(params.k, params.k_split) > 1) {
     if (cuda::linear_arrival_count(params) > kLinearArrivals) {
@@ -147,7 +148,8 @@ void CudaBackend::launch_product(const Tensor& x, const Tensor& w, int64_t n, cu
                                  const char* op) {
   const int64_t rows = x.dim(0), k = x.dim(1);
   params.w_type = weight_type(w, op, "w");
-  params.shape = cuda::choose_linear_shape(params.w_type, rows, rows, n, cuda::linear_wgmma_runs());
+  params.shape =
+      cuda::choose_linear_shape(params.w_type, rows, rows, n, cuda::linear_wgmma_runs(), cuda::device_limits());
   params.x = x.data();
   params.w = w.data();
   params.w_scales = weight_scales(w);
@@ -220,11 +222,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   const bool wgmma = cuda::linear_wgmma_runs();
   // A pinned variant (the op harness's hook) takes both products, which must share their row tiles.
   const cuda::LinearShape gate_up_shape =
+      linear_variant_
+          ? linear_variant_->shape
+          : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, 2 * inter, wgmma, cuda::device_limits());
+  const cuda::LinearShape down_shape =
       linear_variant_ ? linear_variant_->shape
-                      : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, 2 * inter, wgmma);
-  const cuda::LinearShape down_shape = linear_variant_
-                                           ? linear_variant_->shape
-                                           : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, hidden, wgmma);
+                      : cuda::choose_linear_shape(w_type, rows_per_expert, pairs, hidden, wgmma, cuda::device_limits());
   PLUMB_CHECK(cuda::linear_tile_rows(down_shape) == cuda::linear_tile_rows(gate_up_shape),
               "{}: the two products disagree on row tiles", op);
   // No expert takes more rows than there are tokens (top_k picks distinct experts; repeated ids only split an

@@ -381,7 +381,8 @@ void launch_state(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cud
 
 template <KernelFault kFault>
 void launch_state_fault(const GatedDeltaRuleParams& p, const GdnChunkedPlan& plan, cudaStream_t stream) {
-  if (choose_gdn_chunk_state_columns(p.key_dim) == 32) return launch_state<32, kFault>(p, plan, stream);
+  if (choose_gdn_chunk_state_columns(p.key_dim, device_limits()) == 32)
+    return launch_state<32, kFault>(p, plan, stream);
   return launch_state<8, kFault>(p, plan, stream);
 }
 

@@ -16,8 +16,7 @@ const LaunchTuning& launch_tuning(int /*major*/, int /*minor*/) {
 
 namespace {
 
-const LaunchTuning& device_tuning() {
-  const DeviceLimits& device = device_limits();
+const LaunchTuning& tuning_of(const DeviceLimits& device) {
   return launch_tuning(device.major, device.minor);
 }
 
@@ -34,32 +33,32 @@ int64_t resident_attention_ctas(int head_dim) {
 }  // namespace
 
 LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, int64_t total_rows, int64_t n,
-                                bool wgmma) {
+                                bool wgmma, const DeviceLimits& device) {
   if (w_type == LinearWeights::kF32) return LinearShape::kF32;
   if (rows_per_matrix <= 8) return LinearShape::kStream8;
   if (rows_per_matrix <= 16) return LinearShape::kStream16;
   if (rows_per_matrix <= 32) return LinearShape::kStream32;
   if (rows_per_matrix <= 64) return LinearShape::kStream64;
-  const LaunchTuning& tuning = device_tuning();
+  const LaunchTuning& tuning = tuning_of(device);
   if (wgmma && w_type == LinearWeights::kFp8 && tuning.fp8_prefill_on_wgmma) return LinearShape::kWgmma128;
   const int64_t features = linear_tile_features(LinearShape::kTiled128);
   const int64_t rows = linear_tile_rows(LinearShape::kTiled128);
   const int64_t wide_blocks = (n + features - 1) / features * ((total_rows + rows - 1) / rows);
-  const int64_t enough = int64_t{tuning.wide_tile_blocks_per_sm} * device_limits().multiprocessors;
+  const int64_t enough = int64_t{tuning.wide_tile_blocks_per_sm} * device.multiprocessors;
   return wide_blocks >= enough ? LinearShape::kTiled128 : LinearShape::kTiled64;
 }
 
-int32_t choose_linear_k_split(const LinearParams& p) {
+int32_t choose_linear_k_split(const LinearParams& p, const DeviceLimits& device) {
   const int64_t slices = linear_slices(p.k);
   if (!is_streaming(p.shape) || slices <= 1) return 1;
-  const LaunchTuning& tuning = device_tuning();
+  const LaunchTuning& tuning = tuning_of(device);
   const bool fp8 = p.w_type == LinearWeights::kFp8;
   const bool grouped = p.tiles != nullptr;
   const int64_t warps = static_cast<int64_t>((p.n + 15) / 16) * linear_row_tiles(p);
   const int64_t fp8_factor =
       !fp8 ? 1 : (p.shape == LinearShape::kStream8 && !grouped ? tuning.fp8_plain_8_row_factor : tuning.fp8_factor);
   const int64_t per_sm = (grouped ? tuning.grouped_stream_warps_per_sm : tuning.stream_warps_per_sm) * fp8_factor;
-  const int64_t split = per_sm * device_limits().multiprocessors / std::max<int64_t>(warps, 1);
+  const int64_t split = per_sm * device.multiprocessors / std::max<int64_t>(warps, 1);
   if (split <= 1) return 1;
   const int64_t matrices = grouped ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
   const int64_t partial_bytes = slices * p.rows * p.n * int64_t{4};
@@ -69,16 +68,15 @@ int32_t choose_linear_k_split(const LinearParams& p) {
   return linear_k_split(p.k, split);
 }
 
-int choose_linear_stream_warps(int64_t warp_tiles, int max_warps) {
-  const int sms = device_limits().multiprocessors;
+int choose_linear_stream_warps(int64_t warp_tiles, int max_warps, const DeviceLimits& device) {
+  const int sms = device.multiprocessors;
   int warps = max_warps;
   while (warps > 1 && warp_tiles / warps < sms) warps /= 2;
   return warps;
 }
 
-bool linear_ring_holds_all_blocks(int64_t blocks, int ring_bytes) {
-  const DeviceLimits& device = device_limits();
-  const int64_t per_sm = device.smem_per_multiprocessor / (ring_bytes + device_tuning().ring_block_extra_smem);
+bool linear_ring_holds_all_blocks(int64_t blocks, int ring_bytes, const DeviceLimits& device) {
+  const int64_t per_sm = device.smem_per_multiprocessor / (ring_bytes + tuning_of(device).ring_block_extra_smem);
   return blocks <= per_sm * device.multiprocessors;
 }
 
@@ -92,12 +90,12 @@ int64_t choose_attention_columns(int64_t kv_heads, int head_dim) {
   return std::max<int64_t>(1, resident_attention_ctas(head_dim) / kv_heads);
 }
 
-int choose_gdn_chunk_state_columns(int key_dim) {
-  return gdn_chunk_state_smem_bytes<32>(key_dim) <= static_cast<size_t>(device_limits().smem_per_block_optin) ? 32 : 8;
+int choose_gdn_chunk_state_columns(int key_dim, const DeviceLimits& device) {
+  return gdn_chunk_state_smem_bytes<32>(key_dim) <= static_cast<size_t>(device.smem_per_block_optin) ? 32 : 8;
 }
 
-int grid_stride_block_cap() {
-  return device_tuning().grid_stride_blocks_per_sm * device_limits().multiprocessors;
+int grid_stride_block_cap(const DeviceLimits& device) {
+  return tuning_of(device).grid_stride_blocks_per_sm * device.multiprocessors;
 }
 
 }  // namespace plumb::cuda

@@ -392,7 +392,8 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
 // Warps per streaming block: the forced count, or launch_choices.h's.
 int stream_warps(const LinearParams& p) {
   if (p.stream_warps > 0) return p.stream_warps;
-  return choose_linear_stream_warps(static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles * p.k_split, kStreamMaxWarps);
+  return choose_linear_stream_warps(static_cast<int64_t>((p.n + 15) / 16) * p.max_tiles * p.k_split, kStreamMaxWarps,
+                                    device_limits());
 }
 
 // The ring shape a streaming shape hands plain products of weights W to (void: none).
@@ -442,7 +443,7 @@ int64_t ring_blocks(const LinearParams& p) {
 template <class R>
 bool ring_fits(const LinearParams& p) {
   if (p.tiles == nullptr ? p.rows > R::kRows : p.tile_rows > R::kRows) return false;
-  return linear_ring_holds_all_blocks(ring_blocks<R>(p), R::ring_bytes(ring_rows<R>(p)));
+  return linear_ring_holds_all_blocks(ring_blocks<R>(p), R::ring_bytes(ring_rows<R>(p)), device_limits());
 }
 
 // Launches p on linear_stream_ring_kernel<R>.
