@@ -63,6 +63,21 @@ RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int
   return shard;
 }
 
+ColumnRange vocab_rows(int64_t vocab, int rank, int world) {
+  PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world && vocab >= world,
+              "vocabulary split: rank {} of a world of {} over {} tokens", rank, world, vocab);
+  const int64_t each = vocab / world, extra = vocab % world;
+  const int64_t begin = rank * each + std::min<int64_t>(rank, extra);
+  return {begin, begin + each + (rank < extra ? 1 : 0)};
+}
+
+void vocab_parallel_logits(Backend& be, Collective& collective, const Tensor& x, const Tensor& head_rows,
+                           Tensor& logits) {
+  Tensor local = be.empty(DType::kF32, {x.dim(0), head_rows.dim(0)});  // [T, V_r]
+  be.linear(x, head_rows, local);
+  collective.all_gather_last(local, logits);
+}
+
 Tensor shard_column_parallel(const Tensor& w, int rank, int world) {
   PLUMB_CHECK(w.rank() == 2, "column-parallel split: the weight is {}, expected a matrix [N, K]", shape_str(w.shape()));
   const ColumnRange rows = row_parallel_columns(w.dim(0), rank, world);

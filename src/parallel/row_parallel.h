@@ -8,6 +8,8 @@
 //   rounds the sum differently.
 // K is split at slice boundaries (kWeightScaleBlockK) in contiguous runs, earlier ranks taking one slice more where
 // the slices do not divide evenly.
+// Beside them the products whose split needs no reduction: a column-parallel weight's rows (the product before a
+// row-parallel one) and an output head's vocabulary rows, whose logits are gathered.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,14 @@ RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int
 // row_parallel_columns(N, rank, world), so that its outputs are the columns the row-parallel product after it takes
 // from this rank. A view of w (an FP8 weight's block scales come with its rows).
 Tensor shard_column_parallel(const Tensor& w, int rank, int world);
+
+// The vocabulary rows [begin, end) of an output head (lm_head [V, H]) rank `rank` of `world` holds: V in contiguous
+// shares as even as they come (no slice alignment: each logit is a whole row's product), earlier ranks one row more.
+ColumnRange vocab_rows(int64_t vocab, int rank, int world);
+// logits [T, V] ← x · lm_headᵀ from this rank's rows of lm_head (head_rows [end - begin, H], in `be`'s memory): each
+// rank's logits gathered in rank order, so every rank holds the unsplit product's bits.
+void vocab_parallel_logits(Backend& be, Collective& collective, const Tensor& x, const Tensor& head_rows,
+                           Tensor& logits);
 
 // y [T, N] ← x · wᵀ, x [T, K] given as this rank's columns, x_local [T, shard.columns.end - shard.columns.begin], and
 // w as this rank's shard (its tensors in `be`'s memory: upload a host shard first). Every rank calls it with the

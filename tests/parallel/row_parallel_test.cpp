@@ -158,6 +158,29 @@ TEST(RowParallel, AShardedMlpGivesTheUnshardedBits) {
   }
 }
 
+TEST(RowParallel, VocabularyParallelLogitsAreTheUnsplitHeadsBits) {
+  constexpr int64_t kVocab = 1001, kHidden = 300;
+  const Tensor x = random_f32({kRows, kHidden}, 21, 1.0f);
+  const Tensor head = test::to_dtype(random_f32({kVocab, kHidden}, 22, 0.1f), DType::kBF16);
+  CpuBackend be;
+  Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kVocab});
+  be.linear(x, head, unsplit);
+  EXPECT_EQ(vocab_rows(kVocab, 0, 4).end, 251);
+  EXPECT_EQ(vocab_rows(kVocab, 3, 4).begin, 751);
+  for (int world = 1; world <= 4; ++world) {
+    std::vector<Tensor> logits(static_cast<size_t>(world));
+    run_thread_ranks(world, kTimeout, [&](Collective& c) {
+      CpuBackend rank_be;
+      const ColumnRange rows = vocab_rows(kVocab, c.rank(), world);
+      Tensor out = Tensor::zeros(DType::kF32, {kRows, kVocab});
+      vocab_parallel_logits(rank_be, c, x, head.rows(rows.begin, rows.end), out);
+      logits[static_cast<size_t>(c.rank())] = out;
+    });
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(test::same_bits(logits[static_cast<size_t>(r)], unsplit)) << world << " ranks, rank " << r;
+  }
+}
+
 TEST(RowParallel, AnActivationOfAnotherWidthIsRefused) {
   const Tensor w = weight(DType::kF32);
   std::string message;
