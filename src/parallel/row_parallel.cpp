@@ -46,14 +46,16 @@ ColumnRange row_parallel_columns(int64_t k, int rank, int world) {
   return {first * kWeightScaleBlockK, std::min(k, (first + count) * kWeightScaleBlockK)};
 }
 
-RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int rank, int world) {
+RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, ColumnRange columns) {
   PLUMB_CHECK(w.device() == Device::kCpu && w.rank() == 2,
-              "row-parallel split: the weight is {} {}, expected a host "
-              "matrix [N, K]",
+              "row-parallel split: the weight is {} {}, expected a host matrix [N, K]",
               w.device() == Device::kCpu ? "a host tensor" : "a GPU tensor", shape_str(w.shape()));
+  PLUMB_CHECK(columns.begin % kWeightScaleBlockK == 0 && columns.begin < columns.end && columns.end <= w.dim(1),
+              "row-parallel split: columns {} to {} of K = {} do not start a slice of {}", columns.begin, columns.end,
+              w.dim(1), kWeightScaleBlockK);
   RowParallelShard shard;
   shard.reduction = reduction;
-  shard.columns = row_parallel_columns(w.dim(1), rank, world);
+  shard.columns = columns;
   if (reduction == RowReduction::kSum) {
     shard.whole = host_columns(w, shard.columns.begin, shard.columns.end);
     return shard;
@@ -78,9 +80,22 @@ void vocab_parallel_logits(Backend& be, Collective& collective, const Tensor& x,
   collective.all_gather_last(local, logits);
 }
 
-Tensor shard_column_parallel(const Tensor& w, int rank, int world) {
-  PLUMB_CHECK(w.rank() == 2, "column-parallel split: the weight is {}, expected a matrix [N, K]", shape_str(w.shape()));
-  const ColumnRange rows = row_parallel_columns(w.dim(0), rank, world);
+ColumnRange head_columns(int64_t heads, int64_t head_dim, int rank, int world) {
+  PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world && heads >= world,
+              "head split: rank {} of a world of {} over {} heads", rank, world, heads);
+  const int64_t each = heads / world, extra = heads % world;
+  const int64_t first = rank * each + std::min<int64_t>(rank, extra);
+  const ColumnRange columns{first * head_dim, (first + each + (rank < extra ? 1 : 0)) * head_dim};
+  PLUMB_CHECK(
+      columns.begin % kWeightScaleBlockK == 0,
+      "head split: rank {}'s heads start at column {} (head {}, {} columns a head), not at a slice boundary of {}",
+      rank, columns.begin, first, head_dim, kWeightScaleBlockK);
+  return columns;
+}
+
+Tensor shard_column_parallel(const Tensor& w, ColumnRange rows) {
+  PLUMB_CHECK(w.rank() == 2 && rows.begin >= 0 && rows.begin < rows.end && rows.end <= w.dim(0),
+              "column-parallel split: rows {} to {} of a weight {}", rows.begin, rows.end, shape_str(w.shape()));
   return w.rows(rows.begin, rows.end);
 }
 

@@ -38,13 +38,18 @@ struct RowParallelShard {
   std::vector<Tensor> slices;  // kExact: [N, ≤ kWeightScaleBlockK] each, the share's slices in order
   Tensor whole;                // kSum: [N, columns.end - columns.begin]
 };
-// Rank `rank`'s share of w [N, K] (a host tensor: F32, BF16, or FP8 with its block scales, which follow their slices).
-RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, int rank, int world);
+// The columns [begin, end) of w [N, K] (a host tensor: F32, BF16, or FP8 with its block scales, which follow their
+// slices) as one rank's share; begin must be a slice boundary, as row_parallel_columns and head_columns give.
+RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, ColumnRange columns);
+// The columns of a product over per-head features (an attention or GDN block's output projection, K = heads ·
+// head_dim) that rank `rank` takes when the heads are split over the ranks, earlier ranks one head more; refused
+// where a rank's first column is not a slice boundary (head_dim · heads before it not a multiple of
+// kWeightScaleBlockK), which the exact reduction needs.
+ColumnRange head_columns(int64_t heads, int64_t head_dim, int rank, int world);
 
-// Rank `rank`'s rows of a column-parallel weight w [N, K] (the product before a row-parallel one): rows
-// row_parallel_columns(N, rank, world), so that its outputs are the columns the row-parallel product after it takes
-// from this rank. A view of w (an FP8 weight's block scales come with its rows).
-Tensor shard_column_parallel(const Tensor& w, int rank, int world);
+// Rows [begin, end) of a column-parallel weight w [N, K] (the product before a row-parallel one, whose columns the
+// same range names): a view of w, an FP8 weight's block scales coming with its rows.
+Tensor shard_column_parallel(const Tensor& w, ColumnRange rows);
 
 // The vocabulary rows [begin, end) of an output head (lm_head [V, H]) rank `rank` of `world` holds: V in contiguous
 // shares as even as they come (no slice alignment: each logit is a whole row's product), earlier ranks one row more.

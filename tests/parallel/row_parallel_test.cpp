@@ -43,7 +43,7 @@ Tensor weight(DType dtype) {
 }
 
 // Columns [begin, end) of a host F32 matrix.
-Tensor columns(const Tensor& x, int64_t begin, int64_t end) {
+Tensor columns_of(const Tensor& x, int64_t begin, int64_t end) {
   Tensor out = Tensor::zeros(DType::kF32, {x.dim(0), end - begin});
   for (int64_t r = 0; r < x.dim(0); ++r)
     for (int64_t c = begin; c < end; ++c) out.f32()[r * (end - begin) + c - begin] = x.f32()[r * x.dim(1) + c];
@@ -55,8 +55,8 @@ std::vector<Tensor> run(const Tensor& x, const Tensor& w, RowReduction reduction
   std::vector<Tensor> ys(static_cast<size_t>(world));
   run_thread_ranks(world, kTimeout, [&](Collective& c) {
     CpuBackend be(rounding);
-    const RowParallelShard shard = shard_row_parallel(w, reduction, c.rank(), world);
-    const Tensor x_local = columns(x, shard.columns.begin, shard.columns.end);
+    const RowParallelShard shard = shard_row_parallel(w, reduction, row_parallel_columns(kK, c.rank(), world));
+    const Tensor x_local = columns_of(x, shard.columns.begin, shard.columns.end);
     Tensor y = Tensor::zeros(DType::kF32, {kRows, kFeatures});
     row_parallel_linear(be, c, x_local, shard, y);
     ys[static_cast<size_t>(c.rank())] = y;
@@ -140,9 +140,10 @@ TEST(RowParallel, AShardedMlpGivesTheUnshardedBits) {
     std::vector<Tensor> ys(static_cast<size_t>(world));
     run_thread_ranks(world, kTimeout, [&](Collective& c) {
       CpuBackend rank_be;
-      const Tensor gate_r = shard_column_parallel(gate, c.rank(), world);  // [I_r, H]
-      const Tensor up_r = shard_column_parallel(up, c.rank(), world);      // [I_r, H]
-      const RowParallelShard down_r = shard_row_parallel(down, RowReduction::kExact, c.rank(), world);
+      const ColumnRange share_range = row_parallel_columns(kInter, c.rank(), world);
+      const Tensor gate_r = shard_column_parallel(gate, share_range);  // [I_r, H]
+      const Tensor up_r = shard_column_parallel(up, share_range);      // [I_r, H]
+      const RowParallelShard down_r = shard_row_parallel(down, RowReduction::kExact, share_range);
       const int64_t share = gate_r.dim(0);
       Tensor g_r = Tensor::zeros(DType::kF32, {kRows, share}), u_r = Tensor::zeros(DType::kF32, {kRows, share});
       Tensor a_r = Tensor::zeros(DType::kF32, {kRows, share});
@@ -155,6 +156,40 @@ TEST(RowParallel, AShardedMlpGivesTheUnshardedBits) {
     });
     for (int r = 0; r < world; ++r)
       EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsharded)) << world << " ranks, rank " << r;
+  }
+}
+
+// An attention block's output projection with its heads split over the ranks (each rank's heads' outputs are its
+// columns of the projection's input): the unsplit bits, at head counts that divide unevenly.
+TEST(RowParallel, AnOutputProjectionSplitByHeadsGivesTheUnsplitBits) {
+  constexpr int64_t kHeads = 5, kHeadDim = 256, kHidden = 96;  // Qwen3-Next's head dim: two slices a head
+  const Tensor heads_out = random_f32({kRows, kHeads * kHeadDim}, 31, 1.0f);
+  const Tensor o_proj = test::to_dtype(random_f32({kHidden, kHeads * kHeadDim}, 32, 0.05f), DType::kBF16);
+  CpuBackend be;
+  Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kHidden});
+  be.linear(heads_out, o_proj, unsplit);
+  EXPECT_EQ(head_columns(kHeads, kHeadDim, 1, 2).begin, 3 * kHeadDim);
+  for (int world = 1; world <= 4; ++world) {
+    std::vector<Tensor> ys(static_cast<size_t>(world));
+    run_thread_ranks(world, kTimeout, [&](Collective& c) {
+      CpuBackend rank_be;
+      const ColumnRange columns = head_columns(kHeads, kHeadDim, c.rank(), world);
+      const RowParallelShard shard = shard_row_parallel(o_proj, RowReduction::kExact, columns);
+      Tensor y = Tensor::zeros(DType::kF32, {kRows, kHidden});
+      row_parallel_linear(rank_be, c, columns_of(heads_out, columns.begin, columns.end), shard, y);
+      ys[static_cast<size_t>(c.rank())] = y;
+    });
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsplit)) << world << " ranks, rank " << r;
+  }
+  // Heads of 64 put a rank's first column inside a slice: refused, as the exact fold cannot start there.
+  try {
+    head_columns(4, 64, 1, 4);
+    FAIL() << "a split inside a slice was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "head split: rank 1's heads start at column 64 (head 1, 64 columns a head), not at a slice boundary of 128");
   }
 }
 
@@ -187,7 +222,7 @@ TEST(RowParallel, AnActivationOfAnotherWidthIsRefused) {
   try {
     run_thread_ranks(1, kTimeout, [&](Collective& c) {
       CpuBackend be;
-      const RowParallelShard shard = shard_row_parallel(w, RowReduction::kExact, 0, 1);
+      const RowParallelShard shard = shard_row_parallel(w, RowReduction::kExact, row_parallel_columns(kK, 0, 1));
       const Tensor x_local = Tensor::zeros(DType::kF32, {kRows, kK - 1});
       Tensor y = Tensor::zeros(DType::kF32, {kRows, kFeatures});
       row_parallel_linear(be, c, x_local, shard, y);
