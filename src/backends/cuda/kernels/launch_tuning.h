@@ -9,7 +9,6 @@
 namespace plumb::cuda {
 
 struct LaunchTuning {
-  const char* measured_on;  // the architecture and GPU whose measurements set these numbers
   // Decode products (the streaming shapes, 1 to 64 rows): K is spread over blocks until the GPU holds about this
   // many warps of 16 output features a multiprocessor...
   int stream_warps_per_sm;          // ... for a plain product of BF16 weights

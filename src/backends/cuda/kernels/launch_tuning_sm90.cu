@@ -1,11 +1,10 @@
-// Hopper's launch numbers (launch_tuning.h), each with the measurement behind it; docs/performance.md holds the
-// tables these sweeps produced.
+// Hopper's launch numbers (launch_tuning.h), each with the measurement behind it (on the H200); docs/performance.md
+// holds the tables these sweeps produced.
 #include "backends/cuda/kernels/launch_tuning.h"
 
 namespace plumb::cuda {
 
 const LaunchTuning kSm90Tuning = {
-    .measured_on = "sm_90 (H200)",
     // Measured on the H200 (the split sweep of bench/linear): at one to 16 rows a BF16 product runs fastest with
     // about four warps a multiprocessor, K split to make up the rest (8192 x 2048: whole; 4096 x 2048: 2; 2048 x 4096:
     // 4; 512 x 2048: 16); more, shorter blocks lose more to their start-up and their partial sums than they gain in
