@@ -1,7 +1,9 @@
 // thread_world.h: ranks as threads, meeting under one mutex. A collective is two barriers: at the first every rank
-// leaves a pointer to its tensor and learns the others', then each computes its own result from all of them (in rank
-// order, so every rank computes the same bits), and at the second every rank has finished reading, so none changes
-// or frees a tensor another still reads.
+// leaves a copy of what it brings (its shapes, and the values the others need) in the world, which owns it, and
+// learns the others'; each then computes its own result from those copies (in rank order, so every rank computes the
+// same bits), and at the second every rank has finished reading, so none overwrites its copy with the next
+// collective's while another still reads it. A rank that fails frees nothing another reads: the copies outlive every
+// rank's thread, and the checks after the first barrier read the copies alone, so every rank reaches the same verdict.
 #include "parallel/thread_world.h"
 
 #include <algorithm>
@@ -25,9 +27,11 @@ using Clock = std::chrono::steady_clock;
 // What a rank brought to the collective it is in.
 struct Call {
   const char* op = nullptr;
-  const Tensor* tensor = nullptr;
-  int root = -1;          // broadcast's
-  uint64_t sequence = 0;  // collectives this rank has entered, this one included
+  Shape shape;                // the tensor's
+  Shape out_shape;            // all_gather_last's out
+  int root = -1;              // broadcast's
+  uint64_t sequence = 0;      // collectives this rank has entered, this one included
+  std::vector<float> values;  // what the others read of it (none where they read nothing)
 };
 
 struct Message {
@@ -36,36 +40,48 @@ struct Message {
 };
 
 std::string call_text(const Call& c) {
-  return fmt::format("{} of {}{}", c.op, shape_str(c.tensor->shape()),
-                     c.root >= 0 ? fmt::format(" from rank {}", c.root) : "");
+  return fmt::format("{} of {}{}", c.op, shape_str(c.shape), c.root >= 0 ? fmt::format(" from rank {}", c.root) : "");
 }
 
-bool same_shape(const Tensor& a, const Tensor& b, bool any_width) {
-  if (!any_width) return a.shape() == b.shape();
-  return a.rank() == b.rank() && a.rank() >= 1 && std::equal(a.shape().begin(), a.shape().end() - 1, b.shape().begin());
+bool same_shape(const Shape& a, const Shape& b, bool any_width) {
+  if (!any_width) return a == b;
+  return a.size() == b.size() && !a.empty() && std::equal(a.begin(), a.end() - 1, b.begin());
+}
+
+std::vector<float> values_of(const Tensor& t) {
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
 }
 
 class World {
  public:
   World(int size, std::chrono::milliseconds timeout) : size_(size), timeout_(timeout), calls_(size) {}
 
-  // The first barrier: returns every rank's call, after checking they are the same op on tensors of the same shape
-  // (of the same leading dimensions where `any_width`: their last may differ).
-  std::vector<Call> meet(int rank, const char* op, const Tensor& t, int root, bool any_width) {
+  // The first barrier: leaves `call` (op, shapes, values) as this rank's and returns every rank's, after checking
+  // they are the same op on tensors of the same shape (of the same leading dimensions where `any_width`: their last
+  // may differ). The calls stay valid until this rank's done().
+  const std::vector<Call>& meet(int rank, Call call, bool any_width) {
     std::unique_lock<std::mutex> lock(mutex_);
+    stop_if_failed(rank);
     Call& mine = calls_[static_cast<size_t>(rank)];
-    mine = Call{op, &t, root, mine.sequence + 1};
-    barrier(lock, rank, meet_arrived_, meet_generation_, op);
-    std::vector<Call> all = calls_;
+    call.sequence = mine.sequence + 1;
+    mine = std::move(call);
+    barrier(lock, rank, meet_arrived_, meet_generation_, mine.op);
     for (int r = 0; r < size_; ++r) {
-      const Call& c = all[static_cast<size_t>(r)];
-      if (std::strcmp(c.op, op) != 0 || c.root != root || !same_shape(*c.tensor, t, any_width)) {
+      const Call& c = calls_[static_cast<size_t>(r)];
+      if (std::strcmp(c.op, mine.op) != 0 || c.root != mine.root || !same_shape(c.shape, mine.shape, any_width)) {
         fail_locked(fmt::format("rank {} called {} while rank {} called {}", rank, call_text(mine), r, call_text(c)),
                     Error::Kind::kInternal);
         PLUMB_FAIL("{}", failure_);
       }
     }
-    return all;
+    return calls_;
+  }
+
+  // Fails the world from a check every rank makes alike on the calls meet() returned.
+  [[noreturn]] void fail_alike(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fail_locked(message, Error::Kind::kInternal);
+    PLUMB_FAIL("{}", failure_);
   }
 
   // The second barrier: every rank has read the others' tensors.
@@ -178,13 +194,14 @@ class ThreadCollective final : public Collective {
 
   void all_reduce_sum(Tensor& t) override {
     expect_host_f32(t, "all_reduce_sum", "t");
-    const std::vector<Call> all = world_.meet(rank_, "all_reduce_sum", t, -1, false);
-    const int64_t n = t.numel();
-    std::vector<float> sum(static_cast<size_t>(n));  // [n]
-    for (int64_t i = 0; i < n; ++i) {
-      float s = all[0].tensor->f32()[i];
-      for (int r = 1; r < size_; ++r) s += all[static_cast<size_t>(r)].tensor->f32()[i];
-      sum[static_cast<size_t>(i)] = s;
+    const std::vector<Call>& all =
+        world_.meet(rank_, Call{"all_reduce_sum", t.shape(), {}, -1, 0, values_of(t)}, false);
+    const size_t n = static_cast<size_t>(t.numel());
+    std::vector<float> sum(n);  // [n]
+    for (size_t i = 0; i < n; ++i) {
+      float s = all[0].values[i];
+      for (int r = 1; r < size_; ++r) s += all[static_cast<size_t>(r)].values[i];
+      sum[i] = s;
     }
     world_.done(rank_, "all_reduce_sum");
     std::copy(sum.begin(), sum.end(), t.f32());
@@ -195,23 +212,24 @@ class ThreadCollective final : public Collective {
     expect_host_f32(out, "all_gather_last", "out");
     PLUMB_CHECK(part.rank() >= 1 && out.rank() == part.rank(), "all_gather_last: part {} and out {} differ in rank",
                 shape_str(part.shape()), shape_str(out.shape()));
-    const std::vector<Call> all = world_.meet(rank_, "all_gather_last", part, -1, true);
+    const std::vector<Call>& all =
+        world_.meet(rank_, Call{"all_gather_last", part.shape(), out.shape(), -1, 0, values_of(part)}, true);
     int64_t width = 0;  // out's: the parts' widths summed
-    for (const Call& c : all) width += c.tensor->dim(-1);
-    Shape expected = part.shape();
-    expected.back() = width;
-    if (out.shape() != expected) {
-      world_.fail(fmt::format("rank {}: all_gather_last: out is {}, expected {}", rank_, shape_str(out.shape()),
-                              shape_str(expected)),
-                  Error::Kind::kInternal);
-      PLUMB_FAIL("all_gather_last: out is {}, expected {}", shape_str(out.shape()), shape_str(expected));
+    for (const Call& c : all) width += c.shape.back();
+    // Every rank checks every rank's out, so all reach the same verdict before any reads a part.
+    for (int r = 0; r < size_; ++r) {
+      Shape expected = all[static_cast<size_t>(r)].shape;
+      expected.back() = width;
+      if (all[static_cast<size_t>(r)].out_shape != expected)
+        world_.fail_alike(fmt::format("all_gather_last: rank {}'s out is {}, expected {}", r,
+                                      shape_str(all[static_cast<size_t>(r)].out_shape), shape_str(expected)));
     }
     const int64_t rows = width == 0 ? 0 : out.numel() / width;
     int64_t offset = 0;  // the column where rank r's part starts
     for (const Call& c : all) {
-      const int64_t w = c.tensor->dim(-1);
+      const int64_t w = c.shape.back();
       for (int64_t i = 0; i < rows; ++i)
-        std::copy(c.tensor->f32() + i * w, c.tensor->f32() + (i + 1) * w, out.f32() + i * width + offset);
+        std::copy(c.values.begin() + i * w, c.values.begin() + (i + 1) * w, out.f32() + i * width + offset);
       offset += w;
     }
     world_.done(rank_, "all_gather_last");
@@ -220,10 +238,11 @@ class ThreadCollective final : public Collective {
   void broadcast(Tensor& t, int root) override {
     expect_host_f32(t, "broadcast", "t");
     PLUMB_CHECK(root >= 0 && root < size_, "broadcast: root {} outside the world of {} ranks", root, size_);
-    const std::vector<Call> all = world_.meet(rank_, "broadcast", t, root, false);
+    const std::vector<Call>& all = world_.meet(
+        rank_, Call{"broadcast", t.shape(), {}, root, 0, rank_ == root ? values_of(t) : std::vector<float>{}}, false);
     if (rank_ != root) {
-      const float* from = all[static_cast<size_t>(root)].tensor->f32();
-      std::copy(from, from + t.numel(), t.f32());
+      const std::vector<float>& from = all[static_cast<size_t>(root)].values;
+      std::copy(from.begin(), from.end(), t.f32());
     }
     world_.done(rank_, "broadcast");
   }
@@ -232,7 +251,7 @@ class ThreadCollective final : public Collective {
     expect_host_f32(t, "send", "t");
     PLUMB_CHECK(to >= 0 && to < size_ && to != rank_, "send: rank {} cannot send to rank {} (a world of {})", rank_, to,
                 size_);
-    world_.send(rank_, to, Message{t.shape(), std::vector<float>(t.f32(), t.f32() + t.numel())});
+    world_.send(rank_, to, Message{t.shape(), values_of(t)});
   }
 
   void recv(Tensor& t, int from) override {

@@ -191,7 +191,7 @@ TEST(ThreadWorld, BadArgumentsAreRefusedByName) {
                                  Tensor out = Tensor::zeros(DType::kF32, {2, 5});
                                  c.all_gather_last(part, out);
                                }).first;
-  EXPECT_NE(gathered.find("all_gather_last: out is [2, 5], expected [2, 6]"), std::string::npos) << gathered;
+  EXPECT_NE(gathered.find("all_gather_last: rank 0's out is [2, 5], expected [2, 6]"), std::string::npos) << gathered;
 }
 
 }  // namespace
