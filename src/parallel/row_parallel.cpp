@@ -33,6 +33,14 @@ Tensor host_columns(const Tensor& w, int64_t begin, int64_t end) {
   return out;
 }
 
+// Share `rank` of `count` things split over `world` ranks in contiguous runs, earlier ranks one more where they do not
+// divide evenly.
+ColumnRange even_share(int64_t count, int rank, int world) {
+  const int64_t each = count / world, extra = count % world;
+  const int64_t begin = rank * each + std::min<int64_t>(rank, extra);
+  return {begin, begin + each + (rank < extra ? 1 : 0)};
+}
+
 }  // namespace
 
 ColumnRange row_parallel_columns(int64_t k, int rank, int world) {
@@ -40,10 +48,8 @@ ColumnRange row_parallel_columns(int64_t k, int rank, int world) {
   PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world, "row-parallel split: rank {} of a world of {}", rank, world);
   PLUMB_CHECK(slices >= world, "row-parallel split: K = {} has {} slices of {}, fewer than the {} ranks", k, slices,
               kWeightScaleBlockK, world);
-  const int64_t each = slices / world, extra = slices % world;
-  const int64_t first = rank * each + std::min<int64_t>(rank, extra);
-  const int64_t count = each + (rank < extra ? 1 : 0);
-  return {first * kWeightScaleBlockK, std::min(k, (first + count) * kWeightScaleBlockK)};
+  const ColumnRange share = even_share(slices, rank, world);  // in slices
+  return {share.begin * kWeightScaleBlockK, std::min(k, share.end * kWeightScaleBlockK)};
 }
 
 RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, ColumnRange columns) {
@@ -68,9 +74,7 @@ RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, Col
 ColumnRange vocab_rows(int64_t vocab, int rank, int world) {
   PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world && vocab >= world,
               "vocabulary split: rank {} of a world of {} over {} tokens", rank, world, vocab);
-  const int64_t each = vocab / world, extra = vocab % world;
-  const int64_t begin = rank * each + std::min<int64_t>(rank, extra);
-  return {begin, begin + each + (rank < extra ? 1 : 0)};
+  return even_share(vocab, rank, world);
 }
 
 void vocab_parallel_logits(Backend& be, Collective& collective, const Tensor& x, const Tensor& head_rows,
@@ -83,9 +87,9 @@ void vocab_parallel_logits(Backend& be, Collective& collective, const Tensor& x,
 ColumnRange head_columns(int64_t heads, int64_t head_dim, int rank, int world) {
   PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world && heads >= world,
               "head split: rank {} of a world of {} over {} heads", rank, world, heads);
-  const int64_t each = heads / world, extra = heads % world;
-  const int64_t first = rank * each + std::min<int64_t>(rank, extra);
-  const ColumnRange columns{first * head_dim, (first + each + (rank < extra ? 1 : 0)) * head_dim};
+  const ColumnRange share = even_share(heads, rank, world);  // in heads
+  const int64_t first = share.begin;
+  const ColumnRange columns{share.begin * head_dim, share.end * head_dim};
   PLUMB_CHECK(
       columns.begin % kWeightScaleBlockK == 0,
       "head split: rank {}'s heads start at column {} (head {}, {} columns a head), not at a slice boundary of {}",
