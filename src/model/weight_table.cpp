@@ -9,16 +9,6 @@ namespace {
 
 // Copies source rows into a new host tensor in the order `row_order` lists them; an FP8 weight's block scales
 // move with their rows.
-Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order) {
-  Tensor out = Tensor::zeros(from.dtype(), from.shape());
-  const size_t row_bytes = from.nbytes() / static_cast<size_t>(from.dim(0));
-  for (size_t r = 0; r < row_order.size(); ++r)
-    std::memcpy(static_cast<char*>(out.data()) + r * row_bytes,
-                static_cast<const char*>(from.data()) + static_cast<size_t>(row_order[r]) * row_bytes, row_bytes);
-  if (const Tensor* scales = from.block_scales()) out = out.with_block_scales(gather_rows(*scales, row_order));
-  return out;
-}
-
 void append_range(std::vector<int64_t>& rows, int64_t begin, int64_t count) {
   for (int64_t i = 0; i < count; ++i) rows.push_back(begin + i);
 }
@@ -177,6 +167,23 @@ void finish_weights(const ModelConfig& c, ModelWeights& w, Backend& backend) {
     }
     moe.storage.clear();
   }
+}
+
+Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order) {
+  PLUMB_CHECK(from.rank() >= 1 && from.dim(0) > 0, "gather_rows: rows of a tensor of shape {}",
+              shape_str(from.shape()));
+  Shape shape = from.shape();
+  shape[0] = static_cast<int64_t>(row_order.size());
+  Tensor out = Tensor::zeros(from.dtype(), shape);
+  const size_t row_bytes = from.nbytes() / static_cast<size_t>(from.dim(0));
+  for (size_t r = 0; r < row_order.size(); ++r) {
+    PLUMB_CHECK(row_order[r] >= 0 && row_order[r] < from.dim(0), "gather_rows: row {} of {}", row_order[r],
+                from.dim(0));
+    std::memcpy(static_cast<char*>(out.data()) + r * row_bytes,
+                static_cast<const char*>(from.data()) + static_cast<size_t>(row_order[r]) * row_bytes, row_bytes);
+  }
+  if (const Tensor* scales = from.block_scales()) out = out.with_block_scales(gather_rows(*scales, row_order));
+  return out;
 }
 
 Tensor column_range(const Tensor& from, int64_t begin, int64_t end) {

@@ -48,6 +48,9 @@ void finish_weights(const ModelConfig& config, ModelWeights& weights, Backend& b
 // Columns [begin, end) of a 2-D host tensor of any dtype; an FP8 weight's block scales go with them (begin and end
 // on block boundaries).
 Tensor column_range(const Tensor& from, int64_t begin, int64_t end);
+// Rows row_order[0], row_order[1], … of a host tensor of any dtype (rank 1 or more) as a new one; an FP8 weight's
+// block scales go with them.
+Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order);
 
 // Qwen3-Next's in_proj_qkvz rows regrouped from per-key-head groups [q_g | k_g | v_g… | z_g…] to
 // [all q | all k | all v | all z]; `from` and the result are [2·nk·dk + 2·nv·dv, H] host tensors of any dtype.

@@ -5,9 +5,9 @@
 #include "parallel/row_parallel.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
+#include "model/weight_table.h"
 
 namespace plumb::parallel {
 namespace {
@@ -16,32 +16,13 @@ int64_t slices_of(int64_t k) {
   return (k + kWeightScaleBlockK - 1) / kWeightScaleBlockK;
 }
 
-// Columns [begin, end) of a host matrix w [N, K] of any dtype, with its block scales' columns for those slices
-// (begin a slice boundary).
-Tensor host_columns(const Tensor& w, int64_t begin, int64_t end) {
-  const int64_t n = w.dim(0), k = w.dim(1), width = end - begin;
-  const size_t element = dtype_size(w.dtype());
-  Tensor out = Tensor::zeros(w.dtype(), {n, width});
-  const auto* from = static_cast<const unsigned char*>(w.data());
-  auto* to = static_cast<unsigned char*>(out.data());
-  for (int64_t row = 0; row < n; ++row)
-    std::memcpy(to + static_cast<size_t>(row * width) * element, from + static_cast<size_t>(row * k + begin) * element,
-                static_cast<size_t>(width) * element);
-  if (const Tensor* scales = w.block_scales())
-    out = out.with_block_scales(
-        host_columns(*scales, begin / kWeightScaleBlockK, slices_of(end - begin) + begin / kWeightScaleBlockK));
-  return out;
-}
+}  // namespace
 
-// Share `rank` of `count` things split over `world` ranks in contiguous runs, earlier ranks one more where they do not
-// divide evenly.
 ColumnRange even_share(int64_t count, int rank, int world) {
   const int64_t each = count / world, extra = count % world;
   const int64_t begin = rank * each + std::min<int64_t>(rank, extra);
   return {begin, begin + each + (rank < extra ? 1 : 0)};
 }
-
-}  // namespace
 
 ColumnRange row_parallel_columns(int64_t k, int rank, int world) {
   const int64_t slices = slices_of(k);
@@ -63,11 +44,11 @@ RowParallelShard shard_row_parallel(const Tensor& w, RowReduction reduction, Col
   shard.reduction = reduction;
   shard.columns = columns;
   if (reduction == RowReduction::kSum) {
-    shard.whole = host_columns(w, shard.columns.begin, shard.columns.end);
+    shard.whole = column_range(w, shard.columns.begin, shard.columns.end);
     return shard;
   }
   for (int64_t begin = shard.columns.begin; begin < shard.columns.end; begin += kWeightScaleBlockK)
-    shard.slices.push_back(host_columns(w, begin, std::min(shard.columns.end, begin + kWeightScaleBlockK)));
+    shard.slices.push_back(column_range(w, begin, std::min(shard.columns.end, begin + kWeightScaleBlockK)));
   return shard;
 }
 

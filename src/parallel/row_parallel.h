@@ -29,6 +29,9 @@ struct ColumnRange {
   int64_t end = 0;
 };
 ColumnRange row_parallel_columns(int64_t k, int rank, int world);
+// Share `rank` of `count` things (heads, experts, rows) split over `world` ranks in contiguous runs, earlier ranks one
+// more where they do not divide evenly.
+ColumnRange even_share(int64_t count, int rank, int world);
 
 // One rank's share of a row-parallel weight, in host memory: one matrix per K-slice for the exact reduction, or the
 // share's columns as one matrix for the sum.

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model_runner.h"
+#include "ops/forwarding_backend.h"
 #include "support/engine_stream.h"
 #include "support/fixtures.h"
 
@@ -31,8 +32,10 @@ constexpr const char* kInjected = "injected attention failure";
 // A CpuBackend whose armed forward pass throws at its first attention call, after the GDN layers before it (layers 0
 // and 1 of qwen3_next_moe) have advanced their states. It can also hold a forward pass at its embedding until
 // released, so a test decides what shares an engine step.
-class FailingBackend final : public Backend {
+class FailingBackend final : public ForwardingBackend {
  public:
+  FailingBackend() : ForwardingBackend(cpu_) {}
+
   // The `forwards_from_now`-th forward pass to get past its embedding from now on fails (1: the next one, or the one
   // being held).
   void fail_forward(int forwards_from_now) {
@@ -57,26 +60,6 @@ class FailingBackend final : public Backend {
     changed_.notify_all();
   }
 
-  Device device() const override { return cpu_.device(); }
-  DType kv_dtype() const override { return cpu_.kv_dtype(); }
-  void synchronize() override { cpu_.synchronize(); }
-  int64_t kernel_launches() const override { return cpu_.kernel_launches(); }
-  void release_cached_memory() override { cpu_.release_cached_memory(); }
-  MemoryInfo memory_info() const override { return cpu_.memory_info(); }
-  void concurrently(const std::function<void()>& first, const std::function<void()>& second) override {
-    cpu_.concurrently(first, second);
-  }
-  std::unique_ptr<StepGraph> record_step(int64_t max_kv_pages, const std::function<void()>& step) override {
-    return cpu_.record_step(max_kv_pages, step);
-  }
-  void replay_step(StepGraph& graph, const std::function<void()>& step) override { cpu_.replay_step(graph, step); }
-  Tensor zeros(DType dtype, const Shape& shape) override { return cpu_.zeros(dtype, shape); }
-  Tensor empty(DType dtype, const Shape& shape) override { return cpu_.empty(dtype, shape); }
-  Tensor upload(const Tensor& host) override { return cpu_.upload(host); }
-  Tensor download(const Tensor& t) override { return cpu_.download(t); }
-  void copy(const Tensor& src, Tensor& dst) override { cpu_.copy(src, dst); }
-  void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override { cpu_.random_uniform(t, seed, lo, hi); }
-
   // Every forward pass starts with its one embedding call.
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
     {
@@ -99,54 +82,6 @@ class FailingBackend final : public Backend {
       }
     }
     cpu_.attention(q, k, v, caches, batch, o, rule);
-  }
-
-  void linear(const Tensor& x, const Tensor& w, Tensor& y) override { cpu_.linear(x, w, y); }
-  void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override {
-    cpu_.linear_parts(x, ws, ys);
-  }
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override {
-    cpu_.rms_norm(x, w, eps, kind, y);
-  }
-  void add_rms_norm(Tensor& x, const Tensor& r, const Tensor& w, float eps, NormWeight kind, Tensor& y) override {
-    cpu_.add_rms_norm(x, r, w, eps, kind, y);
-  }
-  void add_gated_branch_rms_norm(Tensor& x, const Tensor& r, const GatedBranch& branch, const Tensor& w, float eps,
-                                 NormWeight kind, Tensor& y) override {
-    cpu_.add_gated_branch_rms_norm(x, r, branch, w, eps, kind, y);
-  }
-  void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y) override {
-    cpu_.gated_rms_norm(x, z, w, eps, y);
-  }
-  void slice_columns(const Tensor& src, int64_t begin, int64_t end, Tensor& dst) override {
-    cpu_.slice_columns(src, begin, end, dst);
-  }
-  void causal_conv1d_silu(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& states, const BatchRows& batch,
-                          Tensor& y, const StateTrails& trails) override {
-    cpu_.causal_conv1d_silu(x, w, states, batch, y, trails);
-  }
-  void gated_delta_rule(const Tensor& qkv, int64_t key_heads, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                        const Tensor& dt_bias, const std::vector<Tensor*>& states, const BatchRows& batch, Tensor& o,
-                        GdnAlgorithm algorithm, const StateTrails& trails) override {
-    cpu_.gated_delta_rule(qkv, key_heads, a, b, A_log, dt_bias, states, batch, o, algorithm, trails);
-  }
-  void rotary_embedding(Tensor& x, const std::vector<int64_t>& positions, int64_t rotary_dim, double theta) override {
-    cpu_.rotary_embedding(x, positions, rotary_dim, theta);
-  }
-  void mul_sigmoid(Tensor& x, const Tensor& gate) override { cpu_.mul_sigmoid(x, gate); }
-  void mul_sigmoid_rows(Tensor& x, const Tensor& gate) override { cpu_.mul_sigmoid_rows(x, gate); }
-  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override { cpu_.silu_mul(gate, up, out); }
-  void add(Tensor& x, const Tensor& y) override { cpu_.add(x, y); }
-  void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& expert_ids,
-                 Tensor& expert_weights) override {
-    cpu_.moe_route(logits, top_k, renormalize, expert_ids, expert_weights);
-  }
-  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                   const ExpertWeights& experts, Tensor& y) override {
-    cpu_.moe_experts(x, expert_ids, expert_weights, experts, y);
-  }
-  void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) override {
-    cpu_.sample_tokens(logits, draws, ids);
   }
 
  private:

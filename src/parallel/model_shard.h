@@ -1,0 +1,50 @@
+// Splitting a finished model over ranks (tensor parallelism), from outside the model file: each rank's share is a
+// model of the same family whose configuration names its own heads and widths, run by the one forward pass
+// (model/qwen3_next.h) on a RankBackend (rank_backend.h) that knows where the ranks meet.
+// - Attention: query heads split evenly, each rank's KV heads those its query heads read (split where there are at
+//   least as many as ranks, else each rank keeps a copy of its one); q, k, v by rows (column-parallel), o_proj by
+//   its columns (row-parallel).
+// - Gated DeltaNet: value heads split evenly, with the key heads they read (split or kept as above); in_proj_qkv's q,
+//   k and v rows, the conv channels, z, b, a, A_log and dt_bias by those heads; out_proj row-parallel.
+// - MLPs (dense, and an MoE block's shared expert): the width split at 128-wide slice boundaries; gate and up by rows,
+//   down row-parallel.
+// - Routed experts split by expert (expert parallel), contiguous, earlier ranks one more; the router whole on every
+//   rank.
+// - The embedding and lm_head split by vocabulary rows.
+// - Norms, the shared-expert gate and the MTP head's fc whole on every rank.
+// The KV and recurrent states follow: each rank's pools hold its own heads. With the exact reduction every rank's
+// logits are the unsplit model's bits.
+#pragma once
+
+#include "model/config.h"
+#include "model/qwen3_next.h"
+#include "model/weights.h"
+#include "parallel/rank_backend.h"
+#include "parallel/row_parallel.h"
+
+namespace plumb::parallel {
+
+// One rank's share of a model split over `world` ranks: its configuration (its heads and widths; the vocabulary, the
+// number of experts and everything else as the model's) and its weights, host tensors holding its rows and columns
+// (tensors every rank uses whole are the model's own, shared).
+struct ModelShare {
+  int rank = 0;
+  int world = 1;
+  ModelConfig config;
+  ModelWeights weights;
+  ColumnRange vocabulary;  // its rows of the embedding and lm_head
+  ColumnRange experts;     // its experts, in every MoE layer
+};
+
+// Rank `rank`'s share of a model whose weights are host tensors (a CPU backend's model, or a checkpoint read to the
+// host). Refuses, naming the count, a split the model's heads or widths do not allow: heads not divisible by the
+// world (or a world not divisible by too few key heads), or a rank's output-projection columns not starting at a
+// slice boundary, which the exact reduction needs.
+ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world);
+
+// The rank's model on `backend` (a RankBackend over the rank's own device): its weights moved to the device and the
+// row-parallel products, vocabulary rows and experts bound to the backend's collectives, the row-parallel ones with
+// `reduction`.
+Qwen3NextModel rank_model(ModelShare share, RankBackend& backend, RowReduction reduction);
+
+}  // namespace plumb::parallel

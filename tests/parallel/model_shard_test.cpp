@@ -1,0 +1,178 @@
+// A whole model split over CPU ranks in threads, checked against the unsplit model: with the exact reduction every
+// rank's logits (a batch's prompt, decode steps after it, and the MTP head's drafts) are the unsplit model's bits at
+// 1, 2 and 4 ranks, for a Qwen3-Next model (MoE with a shared expert beside a dense layer, untied, with an MTP head)
+// and a tied dense Qwen3.5 one whose KV and key heads split rather than being copied; the sum reduction is the same
+// run to run and near, not equal to, the unsplit bits; splits the heads or widths do not allow are refused by name.
+#include "parallel/model_shard.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "model/synthetic_weights.h"
+#include "parallel/thread_world.h"
+
+namespace plumb::parallel {
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{120000};
+
+// Heads and widths chosen so that every rank's output-projection columns start at a slice boundary at 2 and 4
+// ranks: attention 4 heads of 128 (2 KV heads, copied at 4 ranks), GDN 4 value heads of 128 over 2 key heads, dense
+// and shared-expert widths of 512; 6 experts split 3/3 and 2/2/1/1; a vocabulary of 601 split unevenly.
+const char* kQwen3NextJson = R"({
+  "model_type": "qwen3_next", "vocab_size": 601, "hidden_size": 64, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128, "full_attention_interval": 2,
+  "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+  "linear_key_head_dim": 32, "linear_value_head_dim": 128, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+  "intermediate_size": 512, "mlp_only_layers": [1], "num_experts": 6, "num_experts_per_tok": 3,
+  "moe_intermediate_size": 48, "shared_expert_intermediate_size": 512, "norm_topk_prob": true,
+  "mtp_num_hidden_layers": 1, "tie_word_embeddings": false})";
+
+// Dense and tied; 8 query heads of 64 over 4 KV heads and 8 value heads of 64 over 4 key heads, all split at 2 and 4
+// ranks; a width of 640 (five slices: 3/2 and 2/1/1/1).
+const char* kQwen35DenseJson = R"({
+  "model_type": "qwen3_5_text", "vocab_size": 333, "hidden_size": 48, "num_hidden_layers": 3,
+  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "full_attention_interval": 3,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25},
+  "linear_key_head_dim": 16, "linear_value_head_dim": 64, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+  "intermediate_size": 640, "tie_word_embeddings": true})";
+
+ModelConfig config_of(const char* json) {
+  return parse_model_config(json, "model_shard_test");
+}
+
+void append(std::vector<float>& out, Backend& be, const Tensor& t) {
+  const Tensor host = be.download(t);
+  out.insert(out.end(), host.f32(), host.f32() + host.numel());
+}
+
+// Every logit a fixed script of calls produces: two sequences' prompts in one batch, three decode steps of both,
+// and (with an MTP head) a draft over the first sequence's prompt.
+std::vector<float> script(const Qwen3NextModel& model) {
+  Backend& be = model.backend();
+  const int64_t V = model.config().vocab_size;
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < 19; ++i) a.push_back(static_cast<int32_t>((i * 37 + 5) % V));
+  for (int i = 0; i < 7; ++i) b.push_back(static_cast<int32_t>((i * 101 + 300) % V));
+  SequenceState sa = model.new_sequence(), sb = model.new_sequence();
+  std::vector<float> out;
+  Tensor hidden;  // [26, H]
+  append(out, be, model.forward({{&sa, a}, {&sb, b}}, LogitsRows::kAll, GdnAlgorithm::kChunked, &hidden));
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> next_a{static_cast<int32_t>((step * 211 + 17) % V)};
+    const std::vector<int32_t> next_b{static_cast<int32_t>((step * 97 + 590) % V)};
+    append(out, be, model.forward({{&sa, next_a}, {&sb, next_b}}, LogitsRows::kLast));
+  }
+  if (model.has_mtp()) {
+    std::vector<int32_t> shifted(a.begin() + 1, a.end());
+    shifted.push_back(42);
+    Tensor last_hidden;
+    const Tensor a_hidden = hidden.rows(0, static_cast<int64_t>(a.size()));
+    append(out, be, model.draft({DraftInput{&sa, 0, shifted}}, a_hidden, &last_hidden));
+    append(out, be, last_hidden);
+  }
+  return out;
+}
+
+std::vector<float> unsplit(const ModelConfig& config, bool mtp) {
+  CpuBackend cpu;
+  const Qwen3NextModel model = synthetic_model(config, cpu, 7, SyntheticWeights::kBF16, mtp);
+  return script(model);
+}
+
+// Every rank's logits of the script, the model split over `world` ranks.
+std::vector<std::vector<float>> split(const ModelConfig& config, bool mtp, int world, RowReduction reduction) {
+  CpuBackend host;
+  const Qwen3NextModel whole = synthetic_model(config, host, 7, SyntheticWeights::kBF16, mtp);
+  std::vector<std::vector<float>> out(static_cast<size_t>(world));
+  run_thread_ranks(world, kTimeout, [&](Collective& collective) {
+    CpuBackend cpu;
+    RankBackend be(cpu, collective);
+    const Qwen3NextModel model =
+        rank_model(shard_model(config, whole.weights(), collective.rank(), world), be, reduction);
+    out[static_cast<size_t>(collective.rank())] = script(model);
+  });
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(ModelShard, ExactSplitGivesTheUnsplitBitsOnEveryRank) {
+  for (const auto& [json, mtp] : {std::pair{kQwen3NextJson, true}, std::pair{kQwen35DenseJson, false}}) {
+    const ModelConfig config = config_of(json);
+    const std::vector<float> expected = unsplit(config, mtp);
+    ASSERT_FALSE(expected.empty());
+    for (const float v : expected) ASSERT_TRUE(std::isfinite(v));
+    for (const int world : {1, 2, 4}) {
+      const std::vector<std::vector<float>> ranks = split(config, mtp, world, RowReduction::kExact);
+      for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(same_bits(ranks[static_cast<size_t>(r)], expected))
+            << config.model_type << ": rank " << r << " of " << world;
+    }
+  }
+}
+
+TEST(ModelShard, SumSplitIsRepeatableAndNearTheUnsplitModel) {
+  const ModelConfig config = config_of(kQwen3NextJson);
+  const std::vector<float> expected = unsplit(config, true);
+  const std::vector<std::vector<float>> first = split(config, true, 2, RowReduction::kSum);
+  const std::vector<std::vector<float>> second = split(config, true, 2, RowReduction::kSum);
+  EXPECT_TRUE(same_bits(first[0], second[0]));
+  EXPECT_TRUE(same_bits(first[0], first[1]));
+  ASSERT_EQ(first[0].size(), expected.size());
+  // The control: regrouping the K-slice sums rounds differently somewhere among the script's logits.
+  EXPECT_FALSE(same_bits(first[0], expected));
+  double largest = 0.0, worst = 0.0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    largest = std::max(largest, std::abs(static_cast<double>(expected[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(first[0][i]) - expected[i]));
+  }
+  // Each row-parallel product's regrouping moves its outputs by a few F32 roundings of their magnitude, which five
+  // layers carry on to the logits: measured 1.9e-7 of the largest logit. 1e-5 bounds it with room, while a rank's
+  // share lost or added twice moves logits by about their own size.
+  EXPECT_TRUE(worst <= 1e-5 * largest) << "worst " << worst << " of " << largest;
+}
+
+TEST(ModelShard, RefusesSplitsTheHeadsDoNotAllow) {
+  const ModelConfig config = config_of(kQwen3NextJson);
+  CpuBackend cpu;
+  const Qwen3NextModel whole = synthetic_model(config, cpu, 7);
+  try {
+    shard_model(config, whole.weights(), 0, 3);
+    FAIL() << "three ranks over four query heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 attention query heads do not split evenly over 3 ranks"), std::string::npos)
+        << e.what();
+  }
+  // Eight ranks: more than the four query heads.
+  try {
+    shard_model(config, whole.weights(), 0, 8);
+    FAIL() << "eight ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("heads do not split evenly over 8 ranks"), std::string::npos) << e.what();
+  }
+  // Head dim 64 at four ranks: a rank's query heads would start inside a 128-wide slice of o_proj.
+  const ModelConfig dense = config_of(kQwen35DenseJson);
+  ModelConfig narrow = dense;
+  narrow.num_attention_heads = 4;
+  narrow.num_key_value_heads = 4;
+  const Qwen3NextModel narrow_model = synthetic_model(narrow, cpu, 7);
+  try {
+    shard_model(narrow, narrow_model.weights(), 1, 4);
+    FAIL() << "heads inside a slice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not at a slice boundary"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace plumb::parallel
