@@ -51,30 +51,32 @@ HeadShare head_share(const char* what, const char* group_what, int64_t heads, in
   return {mine, {mine.begin / per_group, (mine.end - 1) / per_group + 1}};
 }
 
-// A row-parallel weight's columns for `share`'s heads of `head_dim` each, checked to start at a slice boundary.
-ColumnRange head_share_columns(const HeadShare& share, int64_t heads, int64_t head_dim, int rank, int world) {
-  const ColumnRange columns = head_columns(heads, head_dim, rank, world);
-  PLUMB_CHECK(columns.begin == share.heads.begin * head_dim && columns.end == share.heads.end * head_dim,
-              "tensor parallel: head columns {} to {} for heads {} to {}", columns.begin, columns.end,
-              share.heads.begin, share.heads.end);
-  return columns;
-}
-
 struct Split {
   const ModelConfig& config;  // the whole model's
   int rank = 0;
   int world = 1;
+  RowReduction reduction = RowReduction::kExact;
   HeadShare attention;
   HeadShare gdn;
   ColumnRange experts;
+  std::vector<RowParallelShard>* row_parallel = nullptr;  // ModelShare::row_parallel, appended in order
+
+  // The model's tensor for a row-parallel weight split as `split`, [N, this rank's columns]: the weights themselves
+  // for the sum; for the exact reduction, which reads whole slices from the shard, a tensor of that shape that only
+  // names the product (zeros: a rank's columns may cut an FP8 weight's scale slices). The shard is kept for binding.
+  Tensor row_parallel_columns_of(const Tensor& w, const ColumnSplit& split) const {
+    row_parallel->push_back(shard_row_parallel(w, reduction, split, rank));
+    const RowParallelShard& shard = row_parallel->back();
+    if (reduction == RowReduction::kSum) return shard.whole;
+    return Tensor::zeros(w.dtype(), {w.dim(0), shard.columns().end - shard.columns().begin});
+  }
 };
 
 GdnWeights shard_gdn(const GdnWeights& w, const Split& s) {
   const ModelConfig& c = s.config;
   const int64_t key_dim = c.key_dim();
   const ColumnRange q = scaled(s.gdn.groups, c.linear_key_head_dim), k = shifted(q, key_dim);
-  const ColumnRange v = shifted(scaled(s.gdn.heads, c.linear_value_head_dim), 2 * key_dim);
-  const ColumnRange out = head_share_columns(s.gdn, c.linear_num_value_heads, c.linear_value_head_dim, s.rank, s.world);
+  const ColumnRange out = scaled(s.gdn.heads, c.linear_value_head_dim), v = shifted(out, 2 * key_dim);
   GdnWeights r;
   r.in_proj_qkv = rows_of(w.in_proj_qkv, {q, k, v});  // the conv channels' order: this rank's q | k | v
   r.conv1d = rows_of(w.conv1d, {q, k, v});
@@ -84,28 +86,28 @@ GdnWeights shard_gdn(const GdnWeights& w, const Split& s) {
   r.A_log = rows_of(w.A_log, {s.gdn.heads});
   r.dt_bias = rows_of(w.dt_bias, {s.gdn.heads});
   r.norm = w.norm;
-  r.out_proj = column_range(w.out_proj, out.begin, out.end);
+  r.out_proj =
+      s.row_parallel_columns_of(w.out_proj, head_split(c.linear_num_value_heads, c.linear_value_head_dim, s.world));
   return r;
 }
 
 AttentionWeights shard_attention(const AttentionWeights& w, const Split& s) {
   const ModelConfig& c = s.config;
   const int64_t d = c.head_dim, q_rows = c.attn_output_gate ? 2 * d : d;  // q_proj's rows a head
-  const ColumnRange out = head_share_columns(s.attention, c.num_attention_heads, d, s.rank, s.world);
   AttentionWeights r;
   r.q_proj = rows_of(w.q_proj, {scaled(s.attention.heads, q_rows)});
   r.k_proj = rows_of(w.k_proj, {scaled(s.attention.groups, d)});
   r.v_proj = rows_of(w.v_proj, {scaled(s.attention.groups, d)});
-  r.o_proj = column_range(w.o_proj, out.begin, out.end);
+  r.o_proj = s.row_parallel_columns_of(w.o_proj, head_split(c.num_attention_heads, d, s.world));
   r.q_norm = w.q_norm;
   r.k_norm = w.k_norm;
   return r;
 }
 
 MlpWeights shard_mlp(const MlpWeights& w, const Split& s) {
-  const ColumnRange width = row_parallel_columns(w.gate_proj.dim(0), s.rank, s.world);
-  return {rows_of(w.gate_proj, {width}), rows_of(w.up_proj, {width}),
-          column_range(w.down_proj, width.begin, width.end)};
+  const ColumnSplit split = row_parallel_split(w.gate_proj.dim(0), s.world);
+  const ColumnRange width = split[static_cast<size_t>(s.rank)];
+  return {rows_of(w.gate_proj, {width}), rows_of(w.up_proj, {width}), s.row_parallel_columns_of(w.down_proj, split)};
 }
 
 LayerWeights shard_layer(const LayerWeights& w, const Split& s) {
@@ -133,24 +135,30 @@ LayerWeights shard_layer(const LayerWeights& w, const Split& s) {
   return r;
 }
 
-// Binds a layer's row-parallel products and experts to the rank's backend.
-void bind_layer(const LayerWeights& w, const ModelShare& share, RankBackend& backend, RowReduction reduction) {
-  backend.bind_row_parallel(w.kind == LayerKind::kGatedDeltaNet ? w.gdn.out_proj : w.attn.o_proj, reduction);
+// Binds a layer's row-parallel products (taking their shards from `next` on, in shard_layer's order) and experts.
+void bind_layer(const LayerWeights& w, ModelShare& share, size_t& next, RankBackend& backend) {
+  const auto bind = [&](const Tensor& weight) {
+    PLUMB_CHECK(next < share.row_parallel.size(), "tensor parallel: more row-parallel weights than shards");
+    backend.bind_row_parallel(weight, std::move(share.row_parallel[next++]));
+  };
+  bind(w.kind == LayerKind::kGatedDeltaNet ? w.gdn.out_proj : w.attn.o_proj);
   if (w.mlp_kind == MlpKind::kDense) {
-    backend.bind_row_parallel(w.mlp.down_proj, reduction);
+    bind(w.mlp.down_proj);
     return;
   }
   backend.bind_experts(w.moe.experts, share.experts);
-  if (w.moe.has_shared_expert) backend.bind_row_parallel(w.moe.shared_expert.down_proj, reduction);
+  if (w.moe.has_shared_expert) bind(w.moe.shared_expert.down_proj);
 }
 
 }  // namespace
 
-ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world) {
+ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world,
+                       RowReduction reduction) {
   PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world, "tensor parallel: rank {} of a world of {}", rank, world);
   PLUMB_CHECK(weights.embed_tokens.device() == Device::kCpu,
               "tensor parallel: the model to split is on the GPU; a split starts from host weights");
-  Split s{config, rank, world, {}, {}, {}};
+  ModelShare share;
+  Split s{config, rank, world, reduction, {}, {}, {}, &share.row_parallel};
   s.attention =
       head_share("attention query", "KV", config.num_attention_heads, config.num_key_value_heads, rank, world);
   s.gdn = head_share("GDN value", "GDN key", config.linear_num_value_heads, config.linear_num_key_heads, rank, world);
@@ -159,7 +167,6 @@ ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, i
                 config.num_experts, world);
     s.experts = even_share(config.num_experts, rank, world);
   }
-  ModelShare share;
   share.rank = rank;
   share.world = world;
   share.experts = s.experts;
@@ -190,7 +197,7 @@ ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, i
   return share;
 }
 
-Qwen3NextModel rank_model(ModelShare share, RankBackend& backend, RowReduction reduction) {
+Qwen3NextModel rank_model(ModelShare share, RankBackend& backend) {
   PLUMB_CHECK(backend.device() == Device::kCpu && backend.collective().world_size() == share.world &&
                   backend.collective().rank() == share.rank,
               "tensor parallel: rank {} of {} on a {} backend of rank {} of {} (split models run on CPU ranks)",
@@ -201,8 +208,11 @@ Qwen3NextModel rank_model(ModelShare share, RankBackend& backend, RowReduction r
   backend.bind_vocabulary_rows(w.embed_tokens, share.vocabulary, share.config.vocab_size);
   if (w.lm_head.data() != w.embed_tokens.data())
     backend.bind_vocabulary_rows(w.lm_head, share.vocabulary, share.config.vocab_size);
-  for (const LayerWeights& layer : w.layers) bind_layer(layer, share, backend, reduction);
-  if (w.mtp) bind_layer(w.mtp->layer, share, backend, reduction);
+  size_t next = 0;
+  for (const LayerWeights& layer : w.layers) bind_layer(layer, share, next, backend);
+  if (w.mtp) bind_layer(w.mtp->layer, share, next, backend);
+  PLUMB_CHECK(next == share.row_parallel.size(), "tensor parallel: {} row-parallel shards for {} weights",
+              share.row_parallel.size(), next);
   return model;
 }
 

@@ -6,8 +6,8 @@
 //   its columns (row-parallel).
 // - Gated DeltaNet: value heads split evenly, with the key heads they read (split or kept as above); in_proj_qkv's q,
 //   k and v rows, the conv channels, z, b, a, A_log and dt_bias by those heads; out_proj row-parallel.
-// - MLPs (dense, and an MoE block's shared expert): the width split at 128-wide slice boundaries; gate and up by rows,
-//   down row-parallel.
+// - MLPs (dense, and an MoE block's shared expert): the width split (row_parallel_columns); gate and up by rows, down
+//   row-parallel.
 // - Routed experts split by expert (expert parallel), contiguous, earlier ranks one more; the router whole on every
 //   rank.
 // - The embedding and lm_head split by vocabulary rows.
@@ -15,6 +15,8 @@
 // The KV and recurrent states follow: each rank's pools hold its own heads. With the exact reduction every rank's
 // logits are the unsplit model's bits.
 #pragma once
+
+#include <vector>
 
 #include "model/config.h"
 #include "model/qwen3_next.h"
@@ -26,7 +28,8 @@ namespace plumb::parallel {
 
 // One rank's share of a model split over `world` ranks: its configuration (its heads and widths; the vocabulary, the
 // number of experts and everything else as the model's) and its weights, host tensors holding its rows and columns
-// (tensors every rank uses whole are the model's own, shared).
+// (tensors every rank uses whole are the model's own, shared; a row-parallel weight under the exact reduction is a
+// tensor of the rank's shape that names the product, its shard holding the whole slices the rank folds).
 struct ModelShare {
   int rank = 0;
   int world = 1;
@@ -34,17 +37,20 @@ struct ModelShare {
   ModelWeights weights;
   ColumnRange vocabulary;  // its rows of the embedding and lm_head
   ColumnRange experts;     // its experts, in every MoE layer
+  // Its shards of every row-parallel weight, in the order of the layers (the MTP head's last): a layer's mixer output
+  // projection, then its MLP's down projection (the dense MLP's or the shared expert's).
+  std::vector<RowParallelShard> row_parallel;
 };
 
 // Rank `rank`'s share of a model whose weights are host tensors (a CPU backend's model, or a checkpoint read to the
-// host). Refuses, naming the count, a split the model's heads or widths do not allow: heads not divisible by the
-// world (or a world not divisible by too few key heads), or a rank's output-projection columns not starting at a
-// slice boundary, which the exact reduction needs.
-ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world);
+// host), its row-parallel products reduced by `reduction`. Refuses, naming the count, a split the model's heads or
+// widths do not allow: heads not divisible by the world (or a world not divisible by too few KV or key heads), widths
+// of fewer slices than ranks, fewer experts or vocabulary rows than ranks.
+ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world,
+                       RowReduction reduction);
 
-// The rank's model on `backend` (a RankBackend over the rank's own device): its weights moved to the device and the
-// row-parallel products, vocabulary rows and experts bound to the backend's collectives, the row-parallel ones with
-// `reduction`.
-Qwen3NextModel rank_model(ModelShare share, RankBackend& backend, RowReduction reduction);
+// The rank's model on `backend` (a RankBackend over the rank's own CPU backend), its row-parallel products,
+// vocabulary rows and experts bound to the backend's collectives.
+Qwen3NextModel rank_model(ModelShare share, RankBackend& backend);
 
 }  // namespace plumb::parallel

@@ -26,14 +26,11 @@ void RankBackend::replay_step(StepGraph&, const std::function<void()>&) {
   PLUMB_FAIL("replay_step: a rank of a split model records no step graph");
 }
 
-void RankBackend::bind_row_parallel(const Tensor& w, RowReduction reduction) {
-  PLUMB_CHECK(w.rank() == 2, "bind_row_parallel: the weight is {}, expected [N, K]", shape_str(w.shape()));
-  const Tensor host = w.device() == Device::kCpu ? w : inner().download(w);
-  RowParallelShard shard = shard_row_parallel(host, reduction, ColumnRange{0, w.dim(1)});
-  if (inner().device() != Device::kCpu) {
-    for (Tensor& slice : shard.slices) slice = inner().upload(slice);
-    if (reduction == RowReduction::kSum) shard.whole = inner().upload(shard.whole);
-  }
+void RankBackend::bind_row_parallel(const Tensor& w, RowParallelShard shard) {
+  const ColumnRange columns = shard.columns();
+  PLUMB_CHECK(w.rank() == 2 && w.dim(1) == columns.end - columns.begin &&
+                  (shard.slices.empty() || shard.slices[0].dim(0) == w.dim(0)),
+              "bind_row_parallel: a weight {} as columns {} to {}", shape_str(w.shape()), columns.begin, columns.end);
   row_parallel_[w.data()] = std::move(shard);
 }
 

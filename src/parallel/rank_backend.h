@@ -29,8 +29,9 @@ class RankBackend final : public ForwardingBackend {
 
   Collective& collective() const { return collective_; }
 
-  // w [N, K_r]: this rank's columns of a row-parallel weight, as the model holds it.
-  void bind_row_parallel(const Tensor& w, RowReduction reduction);
+  // w [N, K_r]: this rank's columns of a row-parallel weight, as the model holds it, and the rank's shard of the
+  // whole weight (shard_row_parallel), which the product reads.
+  void bind_row_parallel(const Tensor& w, RowParallelShard shard);
   // table [end - begin, H]: rows [begin, end) of an embedding or output head of `vocab` rows (one tensor when tied).
   void bind_vocabulary_rows(const Tensor& table, ColumnRange rows, int64_t vocab);
   // experts: experts [begin, end) of an MoE layer's `count`; moe_experts calls with these weights take global ids.

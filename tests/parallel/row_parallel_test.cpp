@@ -55,8 +55,8 @@ std::vector<Tensor> run(const Tensor& x, const Tensor& w, RowReduction reduction
   std::vector<Tensor> ys(static_cast<size_t>(world));
   run_thread_ranks(world, kTimeout, [&](Collective& c) {
     CpuBackend be(rounding);
-    const RowParallelShard shard = shard_row_parallel(w, reduction, row_parallel_columns(kK, c.rank(), world));
-    const Tensor x_local = columns_of(x, shard.columns.begin, shard.columns.end);
+    const RowParallelShard shard = shard_row_parallel(w, reduction, row_parallel_split(kK, world), c.rank());
+    const Tensor x_local = columns_of(x, shard.columns().begin, shard.columns().end);
     Tensor y = Tensor::zeros(DType::kF32, {kRows, kFeatures});
     row_parallel_linear(be, c, x_local, shard, y);
     ys[static_cast<size_t>(c.rank())] = y;
@@ -72,11 +72,15 @@ TEST(RowParallel, ColumnsAreWholeSlicesEarlierRanksTakingTheExtra) {
     EXPECT_EQ(c.end, expected[static_cast<size_t>(r)].second) << "rank " << r;
   }
   EXPECT_EQ(row_parallel_columns(kK, 0, 1).end, kK);
+  // Fewer slices than ranks: K's columns as evenly as they come (the exact reduction's exchange carries the slices
+  // that cross ranks).
+  EXPECT_EQ(row_parallel_columns(kK, 0, 7).end, 98);
+  EXPECT_EQ(row_parallel_columns(kK, 6, 7).begin, 583);
   try {
-    row_parallel_columns(kK, 0, 7);
-    FAIL() << "7 ranks for 6 slices were accepted";
+    row_parallel_columns(5, 0, 7);
+    FAIL() << "7 ranks over 5 columns were accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "row-parallel split: K = 680 has 6 slices of 128, fewer than the 7 ranks");
+    EXPECT_STREQ(e.what(), "row-parallel split: rank 0 of a world of 7 over K = 5");
   }
 }
 
@@ -88,7 +92,7 @@ TEST(RowParallel, TheExactReductionGivesEveryRankTheUnsplitProductsBits) {
       CpuBackend be(rounding);
       Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kFeatures});
       be.linear(x, w, unsplit);
-      for (int world = 1; world <= 4; ++world) {
+      for (const int world : {1, 2, 3, 4, 7}) {  // 7: more ranks than slices, K split by columns
         const std::vector<Tensor> ys = run(x, w, RowReduction::kExact, world, rounding);
         for (int r = 0; r < world; ++r)
           EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsplit))
@@ -143,7 +147,8 @@ TEST(RowParallel, AShardedMlpGivesTheUnshardedBits) {
       const ColumnRange share_range = row_parallel_columns(kInter, c.rank(), world);
       const Tensor gate_r = shard_column_parallel(gate, share_range);  // [I_r, H]
       const Tensor up_r = shard_column_parallel(up, share_range);      // [I_r, H]
-      const RowParallelShard down_r = shard_row_parallel(down, RowReduction::kExact, share_range);
+      const RowParallelShard down_r =
+          shard_row_parallel(down, RowReduction::kExact, row_parallel_split(kInter, world), c.rank());
       const int64_t share = gate_r.dim(0);
       Tensor g_r = Tensor::zeros(DType::kF32, {kRows, share}), u_r = Tensor::zeros(DType::kF32, {kRows, share});
       Tensor a_r = Tensor::zeros(DType::kF32, {kRows, share});
@@ -159,38 +164,50 @@ TEST(RowParallel, AShardedMlpGivesTheUnshardedBits) {
   }
 }
 
-// An attention block's output projection with its heads split over the ranks (each rank's heads' outputs are its
-// columns of the projection's input): the unsplit bits, at head counts that divide unevenly.
+// An attention or GDN block's output projection with its heads split over the ranks (each rank's heads' outputs are
+// its columns of the projection's input): the unsplit bits, at head counts that divide unevenly and at heads that
+// start inside a slice, whose activations the later ranks send to the slice's owner — heads of 64 at four ranks, and
+// heads of 24 at six, where the first slice runs over all six ranks' columns.
 TEST(RowParallel, AnOutputProjectionSplitByHeadsGivesTheUnsplitBits) {
-  constexpr int64_t kHeads = 5, kHeadDim = 256, kHidden = 96;  // Qwen3-Next's head dim: two slices a head
-  const Tensor heads_out = random_f32({kRows, kHeads * kHeadDim}, 31, 1.0f);
-  const Tensor o_proj = test::to_dtype(random_f32({kHidden, kHeads * kHeadDim}, 32, 0.05f), DType::kBF16);
-  CpuBackend be;
-  Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kHidden});
-  be.linear(heads_out, o_proj, unsplit);
-  EXPECT_EQ(head_columns(kHeads, kHeadDim, 1, 2).begin, 3 * kHeadDim);
-  for (int world = 1; world <= 4; ++world) {
-    std::vector<Tensor> ys(static_cast<size_t>(world));
-    run_thread_ranks(world, kTimeout, [&](Collective& c) {
-      CpuBackend rank_be;
-      const ColumnRange columns = head_columns(kHeads, kHeadDim, c.rank(), world);
-      const RowParallelShard shard = shard_row_parallel(o_proj, RowReduction::kExact, columns);
-      Tensor y = Tensor::zeros(DType::kF32, {kRows, kHidden});
-      row_parallel_linear(rank_be, c, columns_of(heads_out, columns.begin, columns.end), shard, y);
-      ys[static_cast<size_t>(c.rank())] = y;
-    });
-    for (int r = 0; r < world; ++r)
-      EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsplit)) << world << " ranks, rank " << r;
+  constexpr int64_t kHidden = 96;
+  struct Case {
+    int64_t heads, head_dim;
+    DType dtype;
+    int max_world;
+  };
+  for (const Case& c : {Case{5, 256, DType::kBF16, 4}, Case{4, 64, DType::kF8E4M3, 4}, Case{6, 24, DType::kF32, 6}}) {
+    const int64_t k = c.heads * c.head_dim;
+    const Tensor heads_out = random_f32({kRows, k}, 31, 1.0f);
+    const Tensor f32 = random_f32({kHidden, k}, 32, 0.05f);
+    Tensor o_proj = test::to_dtype(f32, c.dtype == DType::kF8E4M3 ? DType::kF32 : c.dtype);
+    if (c.dtype == DType::kF8E4M3) {
+      Tensor codes = Tensor::zeros(DType::kF8E4M3, f32.shape());
+      for (int64_t i = 0; i < f32.numel(); ++i) codes.data_as<uint8_t>()[i] = f32_to_fp8_e4m3(f32.f32()[i] * 256.0f);
+      Tensor scales = Tensor::zeros(DType::kF32, Tensor::block_scales_shape(f32.shape()));
+      for (int64_t i = 0; i < scales.numel(); ++i) scales.f32()[i] = (1.0f + 0.25f * static_cast<float>(i % 5)) / 256;
+      o_proj = codes.with_block_scales(scales);
+    }
+    CpuBackend be;
+    Tensor unsplit = Tensor::zeros(DType::kF32, {kRows, kHidden});
+    be.linear(heads_out, o_proj, unsplit);
+    for (int world = 1; world <= c.max_world; ++world) {
+      std::vector<Tensor> ys(static_cast<size_t>(world));
+      run_thread_ranks(world, kTimeout, [&](Collective& collective) {
+        CpuBackend rank_be;
+        const ColumnSplit split = head_split(c.heads, c.head_dim, world);
+        const RowParallelShard shard = shard_row_parallel(o_proj, RowReduction::kExact, split, collective.rank());
+        const ColumnRange mine = shard.columns();
+        Tensor y = Tensor::zeros(DType::kF32, {kRows, kHidden});
+        row_parallel_linear(rank_be, collective, columns_of(heads_out, mine.begin, mine.end), shard, y);
+        ys[static_cast<size_t>(collective.rank())] = y;
+      });
+      for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(test::same_bits(ys[static_cast<size_t>(r)], unsplit))
+            << c.heads << " heads of " << c.head_dim << ", " << world << " ranks, rank " << r;
+    }
   }
-  // Heads of 64 put a rank's first column inside a slice: refused, as the exact fold cannot start there.
-  try {
-    head_columns(4, 64, 1, 4);
-    FAIL() << "a split inside a slice was accepted";
-  } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "head split: rank 1's heads start at column 64 (head 1, 64 columns a head), not at a slice boundary of 128");
-  }
+  EXPECT_EQ(head_columns(5, 256, 1, 2).begin, 3 * 256);
+  EXPECT_EQ(head_columns(6, 24, 5, 6).begin, 120);
 }
 
 TEST(RowParallel, VocabularyParallelLogitsAreTheUnsplitHeadsBits) {
@@ -222,7 +239,7 @@ TEST(RowParallel, AnActivationOfAnotherWidthIsRefused) {
   try {
     run_thread_ranks(1, kTimeout, [&](Collective& c) {
       CpuBackend be;
-      const RowParallelShard shard = shard_row_parallel(w, RowReduction::kExact, row_parallel_columns(kK, 0, 1));
+      const RowParallelShard shard = shard_row_parallel(w, RowReduction::kExact, row_parallel_split(kK, 1), 0);
       const Tensor x_local = Tensor::zeros(DType::kF32, {kRows, kK - 1});
       Tensor y = Tensor::zeros(DType::kF32, {kRows, kFeatures});
       row_parallel_linear(be, c, x_local, shard, y);
