@@ -18,9 +18,9 @@ declare -A allowed=(
   [tokenizer]="core tokenizer"
   [grammar]="core grammar"
   [scheduler]="core scheduler"
-  [engine]="core ops model loader scheduler engine"
+  [engine]="core ops model parallel loader scheduler engine"
   [server]="core tokenizer grammar engine server"
-  [cli]="core ops backends model loader tokenizer grammar scheduler engine server cli"
+  [cli]="core ops backends model parallel loader tokenizer grammar scheduler engine server cli"
 )
 kernels=backends/cuda/kernels
 # Every file under src/ is either source (checked) or one of these; a file of any other kind is an error, so a new

@@ -4,8 +4,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -19,12 +21,17 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/speculative.h"
+#include "engine/split_runner.h"
 #include "model/kv_pages.h"
 #include "server/prompt.h"
 #include "server/server.h"
 
 namespace plumb::cli {
 namespace {
+
+constexpr int kMaxTensorParallel = 64;
+// How long a rank waits in a collective for the others before the ranks stop (a rank that died or hung).
+constexpr std::chrono::milliseconds kTensorParallelTimeout{120000};
 
 struct ServeArgs {
   ModelChoice model;
@@ -43,6 +50,8 @@ struct ServeArgs {
   std::optional<double> prefix_cache_gib;  // unset: the default (ServeMemoryOptions)
   bool no_prefix_cache = false, no_prefix_cache_answers = false;
   int64_t prefix_cache_stride = kKvPageSize;
+  int tensor_parallel = 1;             // ranks the model is split over (CPU ranks: threads of this process)
+  std::string tp_reduction = "exact";  // how the ranks' row-parallel products are reduced: exact or fast
   std::string log_format = "text";
   double log_interval = 5.0;  // seconds between throughput lines while busy
   server::HttpLimits http;    // connection caps; the timeouts below in seconds
@@ -67,6 +76,42 @@ StepGraphOptions graph_options(const ServeArgs& a) {
   return options;
 }
 
+// The model split over a.tensor_parallel CPU ranks, threads of this process (engine/split_runner.h), each holding its
+// share of the model's heads, widths, experts and vocabulary; memory as on the CPU without a split: pages allocated as
+// sequences grow, up to a full context for every slot (or --kv-pages). No prefix cache or drafting yet.
+// --tensor-parallel's limits, checked before the model loads.
+void check_split_args(const ServeArgs& a) {
+  PLUMB_CHECK(a.tensor_parallel >= 1 && a.tensor_parallel <= kMaxTensorParallel,
+              "--tensor-parallel must be in 1..{}, got {}", kMaxTensorParallel, a.tensor_parallel);
+  PLUMB_CHECK(a.tp_reduction == "exact" || a.tp_reduction == "fast", "--tp-reduction must be exact or fast, got '{}'",
+              a.tp_reduction);
+  if (a.tensor_parallel == 1) return;
+  PLUMB_CHECK(a.device == "cpu",
+              "--tensor-parallel {} --device {}: ranks run on the CPU for now (GPU ranks need NCCL, not built yet)",
+              a.tensor_parallel, a.device);
+  PLUMB_CHECK(a.speculative_tokens == 0, "--tensor-parallel {}: speculative decoding does not run split yet",
+              a.tensor_parallel);
+  PLUMB_CHECK(!a.prefix_cache_gib, "--tensor-parallel {}: the prefix cache does not run split yet", a.tensor_parallel);
+  PLUMB_CHECK(a.kv_cache_gib == 0.0, "--tensor-parallel {}: KV pages are counted with --kv-pages, not --kv-cache-gib",
+              a.tensor_parallel);
+}
+
+std::unique_ptr<Runner> split_runner(const ServeArgs& a, const Qwen3NextModel& model, ServeMemory& memory) {
+  const parallel::RowReduction reduction =
+      a.tp_reduction == "exact" ? parallel::RowReduction::kExact : parallel::RowReduction::kSum;
+  auto runner =
+      std::make_unique<SplitRunner>(a.tensor_parallel, kTensorParallelTimeout, [&](parallel::Collective& collective) {
+        return split_model_runner(collective, make_backend("cpu"), model.config(), model.weights(), reduction,
+                                  a.max_batch);
+      });
+  memory.kv_pages = a.kv_pages > 0 ? a.kv_pages : a.max_batch * kv_pages_for(runner->max_context());
+  memory.summary = fmt::format(
+      "plumb serve: the model split over {} CPU ranks ({} reduction), {} sequence slots, {} KV pages of {} positions "
+      "allocated as sequences grow, no prefix cache",
+      a.tensor_parallel, a.tp_reduction, a.max_batch, memory.kv_pages, kKvPageSize);
+  return runner;
+}
+
 void run_serve(const ServeArgs& a) {
   // SIGINT and SIGTERM are blocked in every thread (new threads inherit the mask) and taken by one watcher thread,
   // so shutdown runs as ordinary code rather than in a signal handler.
@@ -86,6 +131,7 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(a.speculative_tokens >= 0 && a.speculative_tokens <= kMaxSpeculativeTokens,
               "--speculative-tokens must be in 0..{}, got {}", kMaxSpeculativeTokens, a.speculative_tokens);
   PLUMB_CHECK(!a.adaptive_drafts || a.speculative_tokens > 0, "--adaptive-drafts needs --speculative-tokens K");
+  check_split_args(a);
   const auto backend = make_backend(a.device);
   // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
   LoadOptions load;
@@ -97,8 +143,6 @@ void run_serve(const ServeArgs& a) {
                                    "plumb serve --synthetic {}: random weights, no tokenizer", a.model.synthetic))
                              : server::ModelText::from_dir(a.model.dir);
   PLUMB_CHECK(a.max_batch >= 1, "--max-batch must be >= 1, got {}", a.max_batch);
-  ModelRunner runner(model, a.max_batch, graph_options(a));
-  const int64_t context = runner.max_context();
   SchedulerConfig scheduler;
   scheduler.max_running = a.max_batch;
   scheduler.max_waiting = a.max_queue;
@@ -106,21 +150,28 @@ void run_serve(const ServeArgs& a) {
   // Every decoding sequence's token and drafts, and room for prefill chunks beside them.
   scheduler.speculative_tokens = a.speculative_tokens;
   scheduler.step_tokens = a.max_batch * (1 + a.speculative_tokens) + 4 * a.prefill_chunk;
-  if (a.speculative_tokens > 0) runner.enable_drafting(std::make_unique<MtpDrafter>(model));
   // The scheduler counts the model's own pages, so what it admits is what the pool holds.
   scheduler.kv_page_tokens = kKvPageSize;
   PLUMB_CHECK(!a.prefix_cache_gib || (std::isfinite(*a.prefix_cache_gib) && *a.prefix_cache_gib >= 0.0),
               "--prefix-cache-gib must be a finite number of GiB, 0 or more, got {}", a.prefix_cache_gib.value_or(0.0));
   PLUMB_CHECK(!a.no_prefix_cache || !a.prefix_cache_gib, "--no-prefix-cache and --prefix-cache-gib {} disagree",
               a.prefix_cache_gib.value_or(0.0));
-  const ServeMemory memory =
-      reserve_serve_memory({a.device, a.max_batch, static_cast<int32_t>(a.max_batch * a.speculative_tokens),
-                            scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
-                            a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
-                           model, runner, context);
+  std::unique_ptr<Runner> runner;
+  ServeMemory memory;
+  if (a.tensor_parallel != 1) {
+    runner = split_runner(a, model, memory);
+  } else {
+    auto model_runner = std::make_unique<ModelRunner>(model, a.max_batch, graph_options(a));
+    if (a.speculative_tokens > 0) model_runner->enable_drafting(std::make_unique<MtpDrafter>(model));
+    memory = reserve_serve_memory({a.device, a.max_batch, static_cast<int32_t>(a.max_batch * a.speculative_tokens),
+                                   scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
+                                   a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
+                                  model, *model_runner, model_runner->max_context());
+    if (memory.prefix_cache.snapshots > 0) model_runner->enable_prefix_cache(memory.prefix_cache);
+    runner = std::move(model_runner);
+  }
   scheduler.kv_pages = memory.kv_pages;
-  if (memory.prefix_cache.snapshots > 0) runner.enable_prefix_cache(memory.prefix_cache);
-  Engine engine(runner, scheduler,
+  Engine engine(*runner, scheduler,
                 EngineOptions{.prefill_answers = !a.no_prefix_cache_answers, .adaptive_drafts = a.adaptive_drafts});
 
   server::ServerOptions options;
@@ -199,6 +250,12 @@ void register_serve_commands(CLI::App& app) {
   serve->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1 requests");
   serve->add_option("--allowed-origins", args->allowed_origins,
                     "origins a browser app may call from (CORS), comma-separated, e.g. https://app.example");
+  serve->add_option("--tensor-parallel", args->tensor_parallel,
+                    "ranks to split the model over (its heads, MLP widths, experts and vocabulary): threads of this "
+                    "process on the CPU; 1 (the default) splits nothing");
+  serve->add_option("--tp-reduction", args->tp_reduction,
+                    "with --tensor-parallel: exact (every rank continues the products' fixed K-slice sums, so the "
+                    "output is the unsplit model's, bit for bit) or fast (each rank's products summed in rank order)");
   serve->add_flag("--check-weights", args->check_weights, kCheckWeightsHelp);
   serve->add_flag("--no-graphs", args->no_graphs, "run decode steps eagerly instead of replaying recorded graphs");
   serve->add_option("--graph-buckets", args->graph_buckets,

@@ -385,6 +385,23 @@ TEST_F(Cli, DetokenizeEndsItsOutputWithANewline) {
   EXPECT_EQ(run("detokenize --tokenizer " + tok + " --ids " + list).out, "In the beginning\n");
 }
 
+// --tensor-parallel's limits, refused before the model loads; a split the model's heads do not allow, by its heads.
+// (tests/server/e2e.mjs serves a split model to a real client.)
+TEST_F(Cli, TensorParallelSplitsTheModelRefusesWhatItCannotSplit) {
+  const std::string serve = "serve --model " + model_ + " --port 0 ";
+  expect_clean_failure(run(serve + "--tensor-parallel 2 --device cuda"),
+                       "--tensor-parallel 2 --device cuda: ranks run on the CPU for now");
+  expect_clean_failure(run(serve + "--tensor-parallel 0"), "--tensor-parallel must be in 1..64, got 0");
+  expect_clean_failure(run(serve + "--tensor-parallel 2 --tp-reduction slow"),
+                       "--tp-reduction must be exact or fast, got 'slow'");
+  expect_clean_failure(run(serve + "--tensor-parallel 2 --speculative-tokens 2"),
+                       "--tensor-parallel 2: speculative decoding does not run split yet");
+  expect_clean_failure(run(serve + "--tensor-parallel 2 --prefix-cache-gib 1"),
+                       "--tensor-parallel 2: the prefix cache does not run split yet");
+  expect_clean_failure(run("serve --model " + test::source_dir() + "/models/default --port 0 --tensor-parallel 3"),
+                       "attention query heads do not split evenly over 3 ranks");
+}
+
 // Issue 24's limits: each refused up front with one line, where the old code hung, crashed or reserved memory.
 TEST_F(Cli, MaxTokensBeyondTheContextIsRefusedBeforeAnyReservation) {
   // 10^9 tokens reserved KV pages for all of them up front (std::bad_alloc); the context caps them now.

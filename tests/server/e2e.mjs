@@ -681,3 +681,25 @@ describe("speculative decoding", { timeout: 240_000 }, () => {
     assert.equal(await stopServer(server), 0);
   });
 });
+
+describe("tensor parallelism", { timeout: 240_000 }, () => {
+  test("--tensor-parallel 2 serves the unsplit model's tokens and logprobs, and --tp-reduction fast its tokens", async () => {
+    const ask = (url) => postJson(url + "/v1/completions",
+      { model: "default", prompt: "Once upon a time", max_tokens: 16, temperature: 0, logprobs: 1 });
+    const plainServer = await startServer();
+    const plain = await ask(plainServer.url);
+    assert.equal(await stopServer(plainServer), 0);
+    assert.equal(plain.status, 200, JSON.stringify(plain.body));
+    for (const reduction of ["exact", "fast"]) {
+      const server = await startServer(["--tensor-parallel", "2", "--tp-reduction", reduction]);
+      assert.match(server.firstLine, /^plumb serve: listening on /);
+      const got = await ask(server.url);
+      assert.equal(await stopServer(server), 0);
+      assert.equal(got.status, 200, JSON.stringify(got.body));
+      assert.equal(got.body.choices[0].text, plain.body.choices[0].text, reduction);
+      // exact: the unsplit model's bits, so its logprobs too; fast rounds its sums otherwise.
+      if (reduction === "exact")
+        assert.deepEqual(got.body.choices[0].logprobs.token_logprobs, plain.body.choices[0].logprobs.token_logprobs);
+    }
+  });
+});
