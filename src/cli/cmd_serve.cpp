@@ -76,9 +76,6 @@ StepGraphOptions graph_options(const ServeArgs& a) {
   return options;
 }
 
-// The model split over a.tensor_parallel CPU ranks, threads of this process (engine/split_runner.h), each holding its
-// share of the model's heads, widths, experts and vocabulary; memory as on the CPU without a split: pages allocated as
-// sequences grow, up to a full context for every slot (or --kv-pages). No prefix cache or drafting yet.
 // --tensor-parallel's limits, checked before the model loads.
 void check_split_args(const ServeArgs& a) {
   PLUMB_CHECK(a.tensor_parallel >= 1 && a.tensor_parallel <= kMaxTensorParallel,
@@ -89,26 +86,36 @@ void check_split_args(const ServeArgs& a) {
   PLUMB_CHECK(a.device == "cpu",
               "--tensor-parallel {} --device {}: ranks run on the CPU for now (GPU ranks need NCCL, not built yet)",
               a.tensor_parallel, a.device);
-  PLUMB_CHECK(a.speculative_tokens == 0, "--tensor-parallel {}: speculative decoding does not run split yet",
-              a.tensor_parallel);
-  PLUMB_CHECK(!a.prefix_cache_gib, "--tensor-parallel {}: the prefix cache does not run split yet", a.tensor_parallel);
+  PLUMB_CHECK(a.prefix_cache_stride > 0 && a.prefix_cache_stride % kKvPageSize == 0,
+              "--prefix-cache-stride {}: the stride must be a positive multiple of {} tokens", a.prefix_cache_stride,
+              kKvPageSize);
   PLUMB_CHECK(a.kv_cache_gib == 0.0, "--tensor-parallel {}: KV pages are counted with --kv-pages, not --kv-cache-gib",
               a.tensor_parallel);
 }
 
+// The model split over a.tensor_parallel CPU ranks, threads of this process (engine/split_runner.h), each holding its
+// share of the model's heads, widths, experts and vocabulary; memory as on the CPU without a split: pages allocated as
+// sequences grow, up to a full context for every slot (or --kv-pages), and the prefix cache's budget shared by the
+// ranks, each keeping its share of every kept state.
 std::unique_ptr<Runner> split_runner(const ServeArgs& a, const Qwen3NextModel& model, ServeMemory& memory) {
   const parallel::RowReduction reduction =
       a.tp_reduction == "exact" ? parallel::RowReduction::kExact : parallel::RowReduction::kSum;
+  const double cache_gib =
+      a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(kDefaultCpuPrefixCacheGib) / a.tensor_parallel;
+  const SplitModelOptions options{.prefix_cache_bytes = cache_gib * static_cast<double>(1ull << 30),
+                                  .prefix_cache_stride = a.prefix_cache_stride,
+                                  .drafting = a.speculative_tokens > 0};
   auto runner =
       std::make_unique<SplitRunner>(a.tensor_parallel, kTensorParallelTimeout, [&](parallel::Collective& collective) {
         return split_model_runner(collective, make_backend("cpu"), model.config(), model.weights(), reduction,
-                                  a.max_batch);
+                                  a.max_batch, options);
       });
   memory.kv_pages = a.kv_pages > 0 ? a.kv_pages : a.max_batch * kv_pages_for(runner->max_context());
   memory.summary = fmt::format(
       "plumb serve: the model split over {} CPU ranks ({} reduction), {} sequence slots, {} KV pages of {} positions "
-      "allocated as sequences grow, no prefix cache",
-      a.tensor_parallel, a.tp_reduction, a.max_batch, memory.kv_pages, kKvPageSize);
+      "allocated as sequences grow, {}",
+      a.tensor_parallel, a.tp_reduction, a.max_batch, memory.kv_pages, kKvPageSize,
+      runner->keeps_prefixes() ? fmt::format("a prefix cache of {:.3g} GiB a rank", cache_gib) : "no prefix cache");
   return runner;
 }
 

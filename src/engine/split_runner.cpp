@@ -12,6 +12,8 @@
 
 #include "core/error.h"
 #include "engine/model_runner.h"
+#include "engine/prefix_cache.h"
+#include "engine/speculative.h"
 #include "parallel/model_shard.h"
 #include "parallel/rank_backend.h"
 #include "parallel/thread_world.h"
@@ -238,12 +240,20 @@ namespace {
 class RankModelRunner final : public Runner {
  public:
   RankModelRunner(parallel::Collective& collective, std::unique_ptr<Backend> device, const ModelConfig& config,
-                  const ModelWeights& whole, parallel::RowReduction reduction, int32_t slots)
+                  const ModelWeights& whole, parallel::RowReduction reduction, int32_t slots,
+                  const SplitModelOptions& options)
       : device_(std::move(device)),
         backend_(*device_, collective),
         model_(parallel::rank_model(
             parallel::shard_model(config, whole, collective.rank(), collective.world_size(), reduction), backend_)),
-        runner_(model_, slots, StepGraphOptions{.enabled = false}) {}
+        runner_(model_, slots, StepGraphOptions{.enabled = false}) {
+    if (options.drafting) runner_.enable_drafting(std::make_unique<MtpDrafter>(model_));
+    if (options.prefix_cache_bytes > 0.0) {
+      const PrefixCacheLimits limits =
+          prefix_cache_limits(model_, options.prefix_cache_bytes, options.prefix_cache_stride);
+      if (limits.snapshots > 0) runner_.enable_prefix_cache(limits);
+    }
+  }
 
   int64_t vocab_size() const override { return runner_.vocab_size(); }
   int64_t max_context() const override { return runner_.max_context(); }
@@ -270,8 +280,9 @@ class RankModelRunner final : public Runner {
 
 std::unique_ptr<Runner> split_model_runner(parallel::Collective& collective, std::unique_ptr<Backend> device,
                                            const ModelConfig& config, const ModelWeights& whole,
-                                           parallel::RowReduction reduction, int32_t slots) {
-  return std::make_unique<RankModelRunner>(collective, std::move(device), config, whole, reduction, slots);
+                                           parallel::RowReduction reduction, int32_t slots,
+                                           const SplitModelOptions& options) {
+  return std::make_unique<RankModelRunner>(collective, std::move(device), config, whole, reduction, slots, options);
 }
 
 }  // namespace plumb

@@ -17,6 +17,7 @@
 
 #include "engine/runner.h"
 #include "model/config.h"
+#include "model/kv_pages.h"
 #include "model/weights.h"
 #include "ops/backend.h"
 #include "parallel/collective.h"
@@ -59,11 +60,20 @@ class SplitRunner final : public Runner {
   std::shared_ptr<World> world_;  // shared with the rank threads
 };
 
+// What every rank's runner of a split model serves beside plain steps.
+struct SplitModelOptions {
+  double prefix_cache_bytes = 0.0;  // each rank's prefix cache (prefix_cache_limits of its share); 0: none
+  int64_t prefix_cache_stride = kKvPageSize;
+  bool drafting = false;  // speculative decoding with the model's MTP head (its share on each rank)
+};
+
 // Rank `collective.rank()`'s runner of a model split over the collective's ranks: its share of `whole` (the model's
 // host weights, read while it is built) on a RankBackend over `device` (a CPU backend), run by a ModelRunner of
-// `slots` slots without step graphs (a split step records none). What a SplitRunner's factory returns.
+// `slots` slots without step graphs (a split step records none). What a SplitRunner's factory returns. Every rank's
+// share is alike in size, so their prefix caches take the same limits and make the same choices.
 std::unique_ptr<Runner> split_model_runner(parallel::Collective& collective, std::unique_ptr<Backend> device,
                                            const ModelConfig& config, const ModelWeights& whole,
-                                           parallel::RowReduction reduction, int32_t slots);
+                                           parallel::RowReduction reduction, int32_t slots,
+                                           const SplitModelOptions& options = {});
 
 }  // namespace plumb

@@ -394,10 +394,8 @@ TEST_F(Cli, TensorParallelSplitsTheModelRefusesWhatItCannotSplit) {
   expect_clean_failure(run(serve + "--tensor-parallel 0"), "--tensor-parallel must be in 1..64, got 0");
   expect_clean_failure(run(serve + "--tensor-parallel 2 --tp-reduction slow"),
                        "--tp-reduction must be exact or fast, got 'slow'");
-  expect_clean_failure(run(serve + "--tensor-parallel 2 --speculative-tokens 2"),
-                       "--tensor-parallel 2: speculative decoding does not run split yet");
-  expect_clean_failure(run(serve + "--tensor-parallel 2 --prefix-cache-gib 1"),
-                       "--tensor-parallel 2: the prefix cache does not run split yet");
+  expect_clean_failure(run(serve + "--tensor-parallel 2 --prefix-cache-stride 100"),
+                       "--prefix-cache-stride 100: the stride must be a positive multiple of 64 tokens");
   expect_clean_failure(run("serve --model " + test::source_dir() + "/models/default --port 0 --tensor-parallel 3"),
                        "attention query heads do not split evenly over 3 ranks");
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,9 +18,12 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model_runner.h"
+#include "engine/prefix_cache.h"
+#include "engine/speculative.h"
 #include "fake_runner.h"
 #include "support/engine_stream.h"
 #include "support/fixtures.h"
+#include "support/speculation_check.h"
 
 namespace plumb {
 namespace {
@@ -99,6 +103,59 @@ TEST(SplitRunner, ServesTheUnsplitModelsTokensAndLogprobs) {
       }
     }
   }
+}
+
+// Speculative decoding with the MTP head (its share on each rank) and the prefix cache, split over two ranks: the
+// tokens, logprobs and speculation counts of the unsplit runner, requests resumed from a kept prefix among them.
+TEST(SplitRunner, DraftsAndResumesFromThePrefixCacheAsTheUnsplitModel) {
+  const std::string dir = test::scratch_dir("split_runner_mtp");
+  CpuBackend host;
+  const Qwen3NextModel model = test::open_mtp_model(dir, host, 512);
+  SchedulerConfig scheduler = config();
+  scheduler.speculative_tokens = 3;
+  scheduler.step_tokens = 4 * 4 + 64;
+  scheduler.prefill_chunk = 64;
+  constexpr double kCacheBytes = 8e6;
+  // A 70-token prompt, then three that start with its first 64 tokens.
+  std::vector<EngineRequest> asked(4);
+  for (int i = 0; i < 4; ++i) {
+    for (int t = 0; t < 64; ++t) asked[i].prompt.push_back(static_cast<int32_t>((13 * t + 5) % 48 + 1));
+    for (int t = 0; t < 6 + 3 * i; ++t) asked[i].prompt.push_back(static_cast<int32_t>((29 * t + 7 * i) % 48 + 1));
+    asked[i].max_tokens = 12;
+    asked[i].top_logprobs = 0;
+  }
+  const auto serve_all = [&](Runner& runner) {
+    Engine engine(runner, scheduler, EngineOptions{.prefill_answers = false});
+    std::vector<Outcome> out{test::drain(*engine.submit(asked[0]).stream)};
+    std::vector<Submission> rest;
+    for (int i = 1; i < 4; ++i) rest.push_back(engine.submit(asked[i]));
+    for (Submission& s : rest) out.push_back(test::drain(*s.stream));
+    return out;
+  };
+  ModelRunner unsplit(model, scheduler.max_running, StepGraphOptions{.enabled = false});
+  unsplit.enable_drafting(std::make_unique<MtpDrafter>(model));
+  unsplit.enable_prefix_cache(prefix_cache_limits(model, kCacheBytes));
+  const std::vector<Outcome> expected = serve_all(unsplit);
+  SplitRunner split(2, 60s, [&](parallel::Collective& collective) {
+    return split_model_runner(collective, std::make_unique<CpuBackend>(), model.config(), model.weights(),
+                              parallel::RowReduction::kExact, scheduler.max_running,
+                              SplitModelOptions{.prefix_cache_bytes = kCacheBytes, .drafting = true});
+  });
+  ASSERT_TRUE(split.drafts_tokens());
+  ASSERT_TRUE(split.keeps_prefixes());
+  const std::vector<Outcome> got = serve_all(split);
+  int64_t cached = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, expected[i].tokens) << "request " << i;
+    EXPECT_EQ(logprobs(got[i]), logprobs(expected[i])) << "request " << i;
+    EXPECT_EQ(got[i].cached_tokens, expected[i].cached_tokens) << "request " << i;
+    EXPECT_EQ(got[i].speculation.drafted, expected[i].speculation.drafted) << "request " << i;
+    EXPECT_EQ(got[i].speculation.accepted, expected[i].speculation.accepted) << "request " << i;
+    cached += got[i].cached_tokens.value_or(0);
+  }
+  EXPECT_GT(cached, 0) << "no request resumed from the cache";
+  EXPECT_GT(got[1].speculation.drafted, 0);
+  std::filesystem::remove_all(dir);
 }
 
 // A rank's runner that fails (throws, or blocks until released) in its third forward call, on one rank.
