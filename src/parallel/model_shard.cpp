@@ -1,6 +1,7 @@
 // model_shard.h.
 #include "parallel/model_shard.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -152,31 +153,58 @@ void bind_layer(const LayerWeights& w, ModelShare& share, size_t& next, RankBack
 
 }  // namespace
 
-ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world,
-                       RowReduction reduction) {
+SplitPlan plan_split(const ModelConfig& config, int rank, int world) {
   PLUMB_CHECK(world >= 1 && rank >= 0 && rank < world, "tensor parallel: rank {} of a world of {}", rank, world);
-  PLUMB_CHECK(weights.embed_tokens.device() == Device::kCpu,
-              "tensor parallel: the model to split is on the GPU; a split starts from host weights");
-  ModelShare share;
-  Split s{config, rank, world, reduction, {}, {}, {}, &share.row_parallel};
-  s.attention =
+  const HeadShare attention =
       head_share("attention query", "KV", config.num_attention_heads, config.num_key_value_heads, rank, world);
-  s.gdn = head_share("GDN value", "GDN key", config.linear_num_value_heads, config.linear_num_key_heads, rank, world);
+  const HeadShare gdn =
+      head_share("GDN value", "GDN key", config.linear_num_value_heads, config.linear_num_key_heads, rank, world);
+  SplitPlan plan;
+  plan.attention_heads = attention.heads;
+  plan.kv_heads = attention.groups;
+  plan.value_heads = gdn.heads;
+  plan.key_heads = gdn.groups;
   if (config.num_experts > 0) {
     PLUMB_CHECK(config.num_experts >= world, "tensor parallel: {} experts split over {} ranks leave a rank none",
                 config.num_experts, world);
-    s.experts = even_share(config.num_experts, rank, world);
+    plan.experts = even_share(config.num_experts, rank, world);
   }
+  plan.vocabulary = vocab_rows(config.vocab_size, rank, world);
+  ModelConfig& c = plan.config;
+  c = config;
+  c.num_attention_heads = size_of(attention.heads);
+  c.num_key_value_heads = size_of(attention.groups);
+  c.linear_num_value_heads = size_of(gdn.heads);
+  c.linear_num_key_heads = size_of(gdn.groups);
+  const auto has = [&](MlpKind kind) {
+    return std::find(config.mlp_kinds.begin(), config.mlp_kinds.end(), kind) != config.mlp_kinds.end();
+  };
+  if (has(MlpKind::kDense)) c.intermediate_size = size_of(row_parallel_columns(config.intermediate_size, rank, world));
+  if (has(MlpKind::kMoe) && config.shared_expert_intermediate_size > 0)
+    c.shared_expert_intermediate_size =
+        size_of(row_parallel_columns(config.shared_expert_intermediate_size, rank, world));
+  return plan;
+}
+
+ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world,
+                       RowReduction reduction) {
+  const SplitPlan plan = plan_split(config, rank, world);
+  PLUMB_CHECK(weights.embed_tokens.device() == Device::kCpu,
+              "tensor parallel: the model to split is on the GPU; a split starts from host weights");
+  ModelShare share;
+  Split s{config,
+          rank,
+          world,
+          reduction,
+          {plan.attention_heads, plan.kv_heads},
+          {plan.value_heads, plan.key_heads},
+          plan.experts,
+          &share.row_parallel};
   share.rank = rank;
   share.world = world;
-  share.experts = s.experts;
-  share.vocabulary = vocab_rows(config.vocab_size, rank, world);
-  ModelConfig& c = share.config;
-  c = config;
-  c.num_attention_heads = size_of(s.attention.heads);
-  c.num_key_value_heads = size_of(s.attention.groups);
-  c.linear_num_value_heads = size_of(s.gdn.heads);
-  c.linear_num_key_heads = size_of(s.gdn.groups);
+  share.experts = plan.experts;
+  share.vocabulary = plan.vocabulary;
+  share.config = plan.config;
 
   ModelWeights& w = share.weights;
   w.embed_tokens = rows_of(weights.embed_tokens, {share.vocabulary});
@@ -188,11 +216,6 @@ ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, i
     const MtpWeights& m = *weights.mtp;
     w.mtp = MtpWeights{
         m.pre_fc_norm_embedding, m.pre_fc_norm_hidden, m.fc_embedding, m.fc_hidden, shard_layer(m.layer, s), m.norm};
-  }
-  for (const LayerWeights& layer : w.layers) {
-    if (layer.mlp_kind == MlpKind::kDense) c.intermediate_size = layer.mlp.gate_proj.dim(0);
-    if (layer.mlp_kind == MlpKind::kMoe && layer.moe.has_shared_expert)
-      c.shared_expert_intermediate_size = layer.moe.shared_expert.gate_proj.dim(0);
   }
   return share;
 }

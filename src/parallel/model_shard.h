@@ -42,10 +42,19 @@ struct ModelShare {
   std::vector<RowParallelShard> row_parallel;
 };
 
+// What rank `rank` of `world` takes of a model of `config`, decided before any weight is read: its attention heads and
+// the KV heads they read, its GDN value heads and the key heads they read, its experts and vocabulary rows, and its
+// configuration (those heads, and its MLP and shared-expert widths). Refuses what the split does not allow, naming
+// the count: heads not divisible by the world (or a world not divisible by too few KV or key heads), fewer experts,
+// vocabulary rows or width columns than ranks.
+struct SplitPlan {
+  ModelConfig config;
+  ColumnRange attention_heads, kv_heads, value_heads, key_heads, experts, vocabulary;
+};
+SplitPlan plan_split(const ModelConfig& config, int rank, int world);
+
 // Rank `rank`'s share of a model whose weights are host tensors (a CPU backend's model, or a checkpoint read to the
-// host), its row-parallel products reduced by `reduction`. Refuses, naming the count, a split the model's heads or
-// widths do not allow: heads not divisible by the world (or a world not divisible by too few KV or key heads), widths
-// of fewer slices than ranks, fewer experts or vocabulary rows than ranks.
+// host), as plan_split decides, its row-parallel products reduced by `reduction`.
 ModelShare shard_model(const ModelConfig& config, const ModelWeights& weights, int rank, int world,
                        RowReduction reduction);
 

@@ -178,6 +178,40 @@ TEST(ModelShard, SumSplitIsRepeatableAndNearTheUnsplitModel) {
   EXPECT_TRUE(worst <= 1e-5 * largest) << "worst " << worst << " of " << largest;
 }
 
+// The released models' shapes split over 2, 4 and 8 ranks, planned without their weights: Qwen3-Next-80B-A3B's 16
+// query heads over 2 KV heads (copied at 4 and 8 ranks), 32 GDN value heads over 16 key heads, 512 experts and a
+// shared expert of 512 (four slices: by columns at 8 ranks); Qwen3.5-35B-A3B's 256 experts and 248,320-token
+// vocabulary.
+TEST(ModelShard, TheReleasedModelsSplitOverTwoFourAndEightRanks) {
+  struct Expected {
+    int world;
+    int64_t query, kv, value, key, shared;
+  };
+  for (const char* name : {"qwen3-next-80b-a3b", "qwen3.5-35b-a3b"}) {
+    const ModelConfig config = synthetic_config(name).config;
+    for (const Expected& e :
+         {Expected{2, 8, 1, 16, 8, 256}, Expected{4, 4, 1, 8, 4, 128}, Expected{8, 2, 1, 4, 2, 64}}) {
+      int64_t experts = 0, vocabulary = 0;
+      for (int rank = 0; rank < e.world; ++rank) {
+        const SplitPlan plan = plan_split(config, rank, e.world);
+        const ModelConfig& c = plan.config;
+        EXPECT_EQ(c.num_attention_heads, e.query) << name << " at " << e.world;
+        EXPECT_EQ(c.num_key_value_heads, e.kv) << name << " at " << e.world;
+        EXPECT_EQ(c.linear_num_value_heads, e.value) << name << " at " << e.world;
+        EXPECT_EQ(c.linear_num_key_heads, e.key) << name << " at " << e.world;
+        EXPECT_EQ(c.shared_expert_intermediate_size, e.shared) << name << " at " << e.world;
+        EXPECT_EQ(plan.experts.end - plan.experts.begin, config.num_experts / e.world) << name << " at " << e.world;
+        // Rank r's KV head is the one its query heads read: 8 query heads a KV head.
+        EXPECT_EQ(plan.kv_heads.begin, plan.attention_heads.begin / 8) << name << " at " << e.world;
+        experts += plan.experts.end - plan.experts.begin;
+        vocabulary += plan.vocabulary.end - plan.vocabulary.begin;
+      }
+      EXPECT_EQ(experts, config.num_experts);
+      EXPECT_EQ(vocabulary, config.vocab_size);
+    }
+  }
+}
+
 TEST(ModelShard, RefusesSplitsTheHeadsDoNotAllow) {
   const ModelConfig config = config_of(kQwen3NextJson);
   CpuBackend cpu;
