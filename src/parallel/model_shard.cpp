@@ -147,7 +147,7 @@ void bind_layer(const LayerWeights& w, ModelShare& share, size_t& next, RankBack
     bind(w.mlp.down_proj);
     return;
   }
-  backend.bind_experts(w.moe.experts, share.experts);
+  backend.bind_experts(w.moe.experts, share.experts, share.config.num_experts);
   if (w.moe.has_shared_expert) bind(w.moe.shared_expert.down_proj);
 }
 

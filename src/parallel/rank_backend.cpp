@@ -41,10 +41,12 @@ void RankBackend::bind_vocabulary_rows(const Tensor& table, ColumnRange rows, in
   vocabulary_[table.data()] = VocabularyRows{rows, vocab};
 }
 
-void RankBackend::bind_experts(const ExpertWeights& experts, ColumnRange ids) {
-  PLUMB_CHECK(experts.gate_up.rank() == 3 && experts.gate_up.dim(0) == ids.end - ids.begin && ids.begin >= 0,
-              "bind_experts: gate_up {} as experts {} to {}", shape_str(experts.gate_up.shape()), ids.begin, ids.end);
-  experts_[experts.gate_up.data()] = ids;
+void RankBackend::bind_experts(const ExpertWeights& experts, ColumnRange ids, int64_t count) {
+  PLUMB_CHECK(experts.gate_up.rank() == 3 && experts.gate_up.dim(0) == ids.end - ids.begin && ids.begin >= 0 &&
+                  ids.end <= count,
+              "bind_experts: gate_up {} as experts {} to {} of {}", shape_str(experts.gate_up.shape()), ids.begin,
+              ids.end, count);
+  experts_[experts.gate_up.data()] = ExpertShare{ids, count};
 }
 
 void RankBackend::expect_unbound(const Tensor& w, const char* op) const {
@@ -103,7 +105,7 @@ void RankBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
     inner().moe_experts(x, expert_ids, expert_weights, experts, y);
     return;
   }
-  const ColumnRange mine = found->second;
+  const ColumnRange mine = found->second.ids;
   const Tensor ids = inner().download(expert_ids);          // [T, top_k]
   const Tensor weights = inner().download(expert_weights);  // [T, top_k]
   const Tensor x_host = inner().download(x);                // [T, H]
@@ -114,6 +116,9 @@ void RankBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   std::vector<int64_t> pairs;
   for (int64_t p = 0; p < T * top_k; ++p) {
     const int32_t e = ids.data_as<int32_t>()[p];
+    // As moe_experts refuses it unsplit: no rank holds such an expert, and every rank sees the same ids.
+    PLUMB_CHECK(e >= 0 && e < found->second.count, "moe_experts: token {} slot {} has expert id {}, outside [0, {})",
+                p / top_k, p % top_k, e, found->second.count);
     if (e >= mine.begin && e < mine.end) pairs.push_back(p);
   }
   Tensor products = negative_zeros({T * top_k, H});  // [T·top_k, H]: each pair's expert product, -0 for others'

@@ -35,7 +35,7 @@ class RankBackend final : public ForwardingBackend {
   // table [end - begin, H]: rows [begin, end) of an embedding or output head of `vocab` rows (one tensor when tied).
   void bind_vocabulary_rows(const Tensor& table, ColumnRange rows, int64_t vocab);
   // experts: experts [begin, end) of an MoE layer's `count`; moe_experts calls with these weights take global ids.
-  void bind_experts(const ExpertWeights& experts, ColumnRange ids);
+  void bind_experts(const ExpertWeights& experts, ColumnRange ids, int64_t count);
 
   // A split step is not recorded: the expert exchange and the embedding's gather read ids on the host. The step runs
   // as usual and nullptr comes back.
@@ -63,7 +63,11 @@ class RankBackend final : public ForwardingBackend {
   Collective& collective_;
   std::map<const void*, RowParallelShard> row_parallel_;
   std::map<const void*, VocabularyRows> vocabulary_;
-  std::map<const void*, ColumnRange> experts_;  // by the gate_up weights' address
+  struct ExpertShare {
+    ColumnRange ids;
+    int64_t count = 0;
+  };
+  std::map<const void*, ExpertShare> experts_;  // by the gate_up weights' address
 };
 
 }  // namespace plumb::parallel

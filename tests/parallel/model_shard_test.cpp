@@ -212,6 +212,27 @@ TEST(ModelShard, TheReleasedModelsSplitOverTwoFourAndEightRanks) {
   }
 }
 
+// An expert id outside the layer's experts, which moe_experts refuses unsplit, is refused split too (no rank holds it,
+// so it would otherwise add nothing).
+TEST(ModelShard, AnExpertIdOutsideTheLayerIsRefused) {
+  std::string message;
+  try {
+    run_thread_ranks(1, kTimeout, [](Collective& collective) {
+      CpuBackend cpu;
+      RankBackend be(cpu, collective);
+      const ExpertWeights experts{Tensor::zeros(DType::kF32, {2, 8, 4}), Tensor::zeros(DType::kF32, {2, 4, 4})};
+      be.bind_experts(experts, ColumnRange{0, 2}, 2);
+      Tensor x = Tensor::zeros(DType::kF32, {1, 4}), y = Tensor::zeros(DType::kF32, {1, 4});
+      Tensor ids = Tensor::zeros(DType::kI32, {1, 2}), weights = Tensor::zeros(DType::kF32, {1, 2});
+      ids.data_as<int32_t>()[1] = 2;
+      be.moe_experts(x, ids, weights, experts, y);
+    });
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "rank 0: moe_experts: token 0 slot 1 has expert id 2, outside [0, 2)");
+}
+
 TEST(ModelShard, RefusesSplitsTheHeadsDoNotAllow) {
   const ModelConfig config = config_of(kQwen3NextJson);
   CpuBackend cpu;
