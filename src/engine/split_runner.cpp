@@ -111,9 +111,17 @@ void SplitRunner::rank_loop(World& world, parallel::Collective& collective, cons
   }
 }
 
-SplitRunner::SplitRunner(int world, std::chrono::milliseconds timeout, RankFactory make_rank)
-    : world_(std::make_shared<World>(world)) {
+namespace {
+
+int checked_world(int world) {
   PLUMB_CHECK(world >= 1, "tensor parallel: a world of {} ranks", world);
+  return world;
+}
+
+}  // namespace
+
+SplitRunner::SplitRunner(int world, std::chrono::milliseconds timeout, RankFactory make_rank)
+    : world_(std::make_shared<World>(checked_world(world))) {
   std::shared_ptr<World> shared = world_;
   world_->host = std::thread([shared, world, timeout, make_rank = std::move(make_rank)] {
     try {

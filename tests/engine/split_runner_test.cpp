@@ -243,6 +243,12 @@ TEST(SplitRunner, ARankThatFailsOrHangsEndsTheCallAndEveryLaterOneByName) {
 
 TEST(SplitRunner, ARankThatCannotBeBuiltFailsTheConstructionByName) {
   try {
+    SplitRunner none(-1, 5s, [](parallel::Collective&) -> std::unique_ptr<Runner> { return nullptr; });
+    FAIL() << "a world of -1 ranks was built";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "tensor parallel: a world of -1 ranks");
+  }
+  try {
     SplitRunner split(3, 5s, [](parallel::Collective& collective) -> std::unique_ptr<Runner> {
       if (collective.rank() == 2) throw Error("no memory for rank 2's share");
       return std::make_unique<test::FakeRunner>(50, 512);
