@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
-#   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [speculative] [fp8] [serve] [heldout]
-#     [demo] [ab] [profile] [stalls] [timeline]
+#   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [speculative] [constrained]
+#     [fp8] [serve] [heldout] [demo] [ab] [profile] [stalls] [timeline]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
 #           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
@@ -21,6 +21,9 @@
 #           kernels one at a time, CUDA-event timed) for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # speculative  plumb bench --speculative-tokens 1,2,3,4 --batches 1,16,64 (35B shapes): a drafting runner's steps at
 #           the acceptance length 3.39 (capped at K + 1) beside the plain decode step of the same run
+# constrained  plumb bench --constrained .cache/qwen3-tokenizer --batches 1,64 (35B shapes): a serving runner's decode
+#           steps with every row's draw kept to a JSON object grammar over Qwen3's vocabulary (the masks made on the
+#           host while the GPU runs the step), beside its unconstrained steps (carry .cache/qwen3-tokenizer)
 # fp8       plumb bench --weights fp8 (decode and prefill, no kernel table): the whole 48-layer Qwen3-Next-80B-A3B and
 #           Qwen3.5-35B-A3B
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
@@ -61,7 +64,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear boundary sampler harness e2e sanitize bench speculative fp8 serve multiturn heldout demo profile timeline"
+default_steps="linear boundary sampler harness e2e sanitize bench speculative constrained fp8 serve multiturn heldout demo profile timeline"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -182,6 +185,14 @@ if want speculative; then
     --prefill-repeats 1 --steps 10 --warmup 3 --speculative-tokens 1,2,3,4 --acceptance-length 3.39 \
     --copy-mib 1024 --commit "$commit" --json "$out/bench_speculative.json" 2>&1 | tee "$out/bench_speculative.log"
   record speculative "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
+fi
+
+if want constrained; then
+  echo "== plumb bench --constrained: decode steps drawn under a JSON grammar beside unconstrained ones (35B shapes)"
+  timeout 300 "$plumb" bench --device cuda --synthetic --model qwen3.5-35b-a3b --batches 1,64 --prefill 64 \
+    --prefill-repeats 1 --steps 10 --warmup 3 --constrained .cache/qwen3-tokenizer --copy-mib 1024 \
+    --commit "$commit" --json "$out/bench_constrained.json" 2>&1 | tee "$out/bench_constrained.log"
+  record constrained "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
 
 if want fp8; then

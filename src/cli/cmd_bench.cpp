@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/bench_common.h"
+#include "cli/bench_constrained.h"
 #include "cli/bench_speculative.h"
 #include "cli/commands.h"
 #include "cli/device.h"
@@ -202,6 +203,12 @@ void run_bench(const BenchArgs& a) {
     PLUMB_CHECK(k <= kMaxSpeculativeTokens, "--speculative-tokens: {} is above {}", k, kMaxSpeculativeTokens);
   PLUMB_CHECK(std::isfinite(a.acceptance_length) && a.acceptance_length >= 1.0,
               "--acceptance-length must be at least 1, got {}", a.acceptance_length);
+  PLUMB_CHECK(a.constrained.empty() || a.device != "cpu",
+              "--constrained times the runner's own draws with allowed tokens, which only a GPU runner makes (use "
+              "--device cuda)");
+  // The grammar's vocabulary is read first, so a folder without a tokenizer fails before the long run.
+  std::optional<server::ModelText> constrained_text;
+  if (!a.constrained.empty()) constrained_text = server::ModelText::from_dir(a.constrained);
   const BenchSetup setup = set_up(a);
   const SyntheticWeights weights = setup.weights;
   const ModelConfig& c = setup.synthetic.config;
@@ -253,6 +260,14 @@ void run_bench(const BenchArgs& a) {
   for (int64_t B : batches)
     for (int64_t k : speculative)
       bench_speculative(ctx, model, counts, B, k, std::min(a.acceptance_length, static_cast<double>(k + 1)));
+  if (constrained_text) {
+    server::StructuredOutputs outputs(*constrained_text, c.vocab_size);
+    const server::StructuredOutput json_object{server::Json{{"type", "object"}}, "",           "",
+                                               "--constrained's JSON object",    std::nullopt, std::nullopt};
+    out["constrained"] = json::array();
+    for (int64_t B : batches)
+      bench_constrained(ctx, model, counts, B, outputs, json_object, constrained_text->eos_ids());
+  }
   out["prefill"] = json::array();
   for (int64_t T : prefills) bench_prefill(ctx, model, counts, T);
 
@@ -270,6 +285,12 @@ void run_bench(const BenchArgs& a) {
       "decode queued: --steps steps queued with no synchronization between them (the host readies each next step "
       "while the GPU runs the one before), median of {} rounds' mean step.\n",
       kQueuedRounds);
+  if (constrained_text)
+    fmt::print(
+        "runner step, constrained step: a serving runner's decode step (graphs replayed), unconstrained and with every "
+        "row's draw kept to a JSON object grammar over {}'s vocabulary (masks made on the host while the device runs "
+        "the step, then the draw), {} alternating rounds of each, synchronized; medians.\n",
+        a.constrained, kConstrainedRounds);
   if (!speculative.empty())
     fmt::print(
         "speculative step: a step of a drafting runner as plumb serve runs it (MTP head drafts, one verifying call, "
@@ -312,6 +333,9 @@ void register_bench_commands(CLI::App& app) {
                     "also time speculative decode steps drafting this many tokens, comma-separated (1-8)");
   bench->add_option("--acceptance-length", args->acceptance_length,
                     "tokens a speculative step keeps on average (capped at k + 1; 3.39: Qwen3.5's measured at k = 3)");
+  bench->add_option("--constrained", args->constrained,
+                    "also time decode steps whose every row keeps to a JSON object grammar over this folder's "
+                    "tokenizer.json (structured output; needs --device cuda)");
   bench->add_option("--json", args->json_path, "write every number to this JSON file");
   bench->add_option("--device-name", args->device_name, "the device's name for the report");
   bench->add_option("--commit", args->commit, "the git commit measured, for the report");

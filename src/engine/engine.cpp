@@ -272,12 +272,13 @@ void Engine::loop() {
 
 namespace {
 
-// A draw the runner can make where the logits are, for a request whose next token needs nothing the host holds:
-// no constraint (its mask is host state), no logprobs (they read the raw row), no penalties (they read the history),
-// no min-p (Backend::sample_tokens has none), and a temperature whose inverse is finite.
-std::optional<TokenDraw> runner_draw(const EngineRequest& r, uint64_t step) {
+// A draw the runner can make where the logits are, for a request whose next token needs nothing the host holds: no
+// constraint on a row with drafts (each draft row's mask would follow the drafts before it), no logprobs (they read
+// the raw row), no penalties (they read the history), no min-p (Backend::sample_tokens has none), and a temperature
+// whose inverse is finite. A constraint on a lone row travels as its allowed tokens (RunnerEntry::constraint).
+std::optional<TokenDraw> runner_draw(const EngineRequest& r, uint64_t step, int64_t drafts) {
   const SamplingParams& p = r.sampling;
-  const bool host_only = r.constraint || r.top_logprobs >= 0 || p.repetition_penalty != 1.0f ||
+  const bool host_only = (r.constraint && drafts > 0) || r.top_logprobs >= 0 || p.repetition_penalty != 1.0f ||
                          p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.min_p > 0.0f ||
                          (p.temperature != 0.0f && !std::isfinite(1.0f / p.temperature));
   if (host_only) return std::nullopt;
@@ -309,6 +310,10 @@ Engine::Drawn Engine::draw_rows(Active& a, const RunnerEntry& entry, std::span<c
     int32_t id = 0;
     if (entry.draw) {
       id = runner_ids[r];
+      if (id == -1 && entry.constraint) {
+        out.error = "the constraint allows no token here";
+        break;
+      }
       if (id < 0 || id >= vocab) {
         out.error = fmt::format("the runner drew token {}, outside the vocabulary of {}", id, vocab);
         break;
@@ -359,10 +364,12 @@ int64_t Engine::run_step(const StepPlan& plan, const std::vector<std::shared_ptr
     // An answer re-run ends with its prompt: nothing to draw.
     const bool samples = w.samples && !a.answer_from;
     RunnerEntry entry{w.slot, w.start, std::vector<int32_t>(first, first + w.count), samples, std::nullopt};
-    if (samples && runner_.draws_tokens())
-      entry.draw = runner_draw(a.request, static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size()));
-    entry.logits = samples && !entry.draw;
     entry.drafts = samples ? w.drafts : 0;
+    if (samples && runner_.draws_tokens())
+      entry.draw =
+          runner_draw(a.request, static_cast<uint64_t>(a.tokens.size() - a.request.prompt.size()), entry.drafts);
+    entry.logits = samples && !entry.draw;
+    if (entry.draw) entry.constraint = a.request.constraint.get();
     batch.push_back(std::move(entry));
   }
   RunnerOutput output;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -79,6 +80,9 @@ std::vector<SequenceState*> ModelRunner::states_for(const std::vector<RunnerEntr
     PLUMB_CHECK(settles || state->position == e.start, "slot {}: asked to continue at {} but the state is at {}",
                 e.slot, e.start, state->position);
     PLUMB_CHECK(!e.draw || draws_tokens(), "slot {}: the runner on the CPU draws no tokens", e.slot);
+    PLUMB_CHECK(!e.constraint || (e.draw && e.drafts == 0),
+                "slot {}: a constraint keeps a runner's draw of one row, but the entry {}", e.slot,
+                e.draw ? "asks for drafts" : "draws nothing");
     PLUMB_CHECK(e.drafts == 0 || (drafter_ && e.tokens.size() == 1 && e.drafts <= kMaxSpeculativeTokens),
                 "slot {}: {} drafts asked after {} tokens (at most {} after one, and only of a runner that drafts)",
                 e.slot, e.drafts, e.tokens.size(), kMaxSpeculativeTokens);
@@ -97,6 +101,22 @@ void copy_rows(Backend& backend, const Tensor& src, int64_t begin, int64_t end, 
 
 }  // namespace
 
+std::vector<bool> ModelRunner::constrain_draws(const std::vector<RunnerEntry>& batch, const std::vector<int64_t>& rows,
+                                               std::vector<TokenDraw>& draws, int64_t vocab) {
+  const int64_t words = allowed_words(vocab);
+  allowed_.resize(static_cast<size_t>(static_cast<int64_t>(batch.size()) * words));
+  std::vector<bool> none(batch.size(), false);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].constraint || rows[i] < 0) continue;
+    uint32_t* bits = allowed_.data() + static_cast<int64_t>(i) * words;
+    if (batch[i].constraint->allowed(bits, vocab))
+      draws[static_cast<size_t>(rows[i])].allowed = bits;
+    else
+      none[i] = true;
+  }
+  return none;
+}
+
 // One batched forward for every entry: each sequence's logits are bit-identical to a forward of it alone.
 RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
   std::vector<SequenceInput> inputs;
@@ -109,16 +129,28 @@ RunnerOutput ModelRunner::run(const std::vector<RunnerEntry>& batch) {
       std::any_of(batch.begin(), batch.end(), [](const RunnerEntry& e) { return e.draw.has_value(); });
   if (any_draw)
     for (const RunnerEntry& e : batch) draws.push_back(e.draw.value_or(TokenDraw{}));
-  const StepOutput step = graphs_.forward(inputs, draws);  // logits [entries, V], ids [entries]
+  // A step graph's draws are recorded without allowed tokens (they would change its tables' layout), so a step with
+  // constrained rows drops the graph's draw and draws again from the same logits once the masks are made.
+  const bool constrained =
+      std::any_of(batch.begin(), batch.end(), [](const RunnerEntry& e) { return e.constraint != nullptr; });
+  StepOutput step = graphs_.forward(inputs, constrained ? std::vector<TokenDraw>{} : draws);  // logits [entries, V]
   Backend& backend = model_.backend();
+  std::vector<bool> none_allowed(batch.size(), false);
+  if (constrained) {
+    std::vector<int64_t> rows(batch.size());
+    std::iota(rows.begin(), rows.end(), 0);
+    none_allowed = constrain_draws(batch, rows, draws, step.logits.dim(1));
+    step.ids = backend.empty(DType::kI32, {step.logits.dim(0)});
+    backend.sample_tokens(step.logits, draws, step.ids);
+  }
   out.drafts.resize(batch.size());
   out.drawn.assign(batch.size(), -1);
   if (any_draw) {
-    std::vector<int32_t> ids(batch.size());
+    std::vector<int32_t> ids(batch.size());  // [entries]
     Tensor host(DType::kI32, {static_cast<int64_t>(ids.size())}, Device::kCpu, ids.data(), nullptr);
     backend.copy(step.ids, host);
     for (size_t i = 0; i < batch.size(); ++i)
-      if (batch[i].draw) out.drawn[i] = ids[i];
+      if (batch[i].draw && !none_allowed[i]) out.drawn[i] = ids[i];
   }
   // The rows that want logits, copied straight into the vector returned, a run of adjacent rows at a time.
   const int64_t vocab = step.logits.dim(1);
@@ -228,12 +260,18 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
       group.draws.push_back(draw);
     }
   }
+  std::vector<bool> none_allowed(batch.size(), false);  // [entries]: constrained entries whose constraint allows none
   for (size_t g = 0; g < groups.size(); ++g) {
     Group& group = groups[g];
     if (group.inputs.empty()) continue;
     group.logits = g == 1 ? model_.forward(group.inputs, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &group.hidden)
                           : model_.forward(group.inputs, LogitsRows::kLast, GdnAlgorithm::kChunked, &group.hidden);
     if (!any_draw) continue;
+    std::vector<int64_t> rows(batch.size(), -1);  // each entry's logits row in this group
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (places[i].group == g) rows[i] = places[i].row;
+    const std::vector<bool> none = constrain_draws(batch, rows, group.draws, vocab);
+    for (size_t i = 0; i < batch.size(); ++i) none_allowed[i] = none_allowed[i] || none[i];
     group.ids = backend.empty(DType::kI32, {group.logits.dim(0)});
     backend.sample_tokens(group.logits, group.draws, group.ids);
     group.host_ids.resize(static_cast<size_t>(group.logits.dim(0)));
@@ -267,7 +305,7 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     const Place& p = places[i];
     const Group& group = groups[p.group];
     for (int64_t r = 0; r < p.rows; ++r)
-      out.drawn.push_back(batch[i].draw ? group.host_ids[static_cast<size_t>(p.row + r)] : -1);
+      out.drawn.push_back(batch[i].draw && !none_allowed[i] ? group.host_ids[static_cast<size_t>(p.row + r)] : -1);
     if (!batch[i].logits) continue;
     copy_rows(backend, group.logits, p.row, p.row + p.rows, out.logits.data() + filled * vocab);
     filled += p.rows;

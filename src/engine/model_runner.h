@@ -72,12 +72,19 @@ class ModelRunner final : public Runner {
   RunnerOutput run_drafting(const std::vector<RunnerEntry>& batch, const std::vector<SequenceState*>& states);
   // Each entry's state, a fresh one for an entry that starts at 0, checked against the entry.
   std::vector<SequenceState*> states_for(const std::vector<RunnerEntry>& batch);
+  // Points the draw of each constrained entry i with rows[i] >= 0, draws[rows[i]], at the tokens its constraint
+  // allows (kept in allowed_), asked of it now: call it once the forward pass is queued, so the host works while the
+  // device runs. True in the result for an entry whose constraint allows none: its row draws unconstrained, and the
+  // caller reports -1 for it.
+  std::vector<bool> constrain_draws(const std::vector<RunnerEntry>& batch, const std::vector<int64_t>& rows,
+                                    std::vector<TokenDraw>& draws, int64_t vocab);
 
   const Qwen3NextModel& model_;
   std::vector<std::optional<SequenceState>> states_;  // [slots]
   std::unique_ptr<Drafter> drafter_;
   std::vector<DraftTrail> trails_;  // [slots] with a drafter
   StepGraphs graphs_;
+  std::vector<uint32_t> allowed_;  // [entries, allowed_words(vocab)]: constrained draws' allowed tokens this step
   std::optional<PrefixCache> cache_;
 };
 

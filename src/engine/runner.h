@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "ops/backend.h"
 
 namespace plumb {
@@ -34,12 +35,17 @@ struct RunnerEntry {
   // draw's step counting on by one a row). The next entry for the slot starts after the tokens the caller kept: the
   // entry's token and the drafts that agreed with the draws before them; the runner rolls the rest back.
   int64_t drafts = 0;
+  // With `draw` and no drafts: the rule the draw keeps to (structured output). The runner asks it for the allowed
+  // tokens once the step's forward pass is queued, so the host makes the mask while the device runs; where it allows
+  // none the entry's draw is -1.
+  const TokenConstraint* constraint = nullptr;
 };
 
 // An entry's rows are its last token's and then its drafts', 1 + drafts[entry].size() of them.
 struct RunnerOutput {
   std::vector<std::vector<int32_t>> drafts;  // [entries]: the drafts each entry ran (empty unless it asked)
   std::vector<int32_t> drawn;                // [rows of every entry]: each row's draw, -1 for an entry without one
+                                             // (or whose constraint allows no token)
   std::vector<float> logits;                 // [rows of the entries with logits, vocab] row-major, in entry order
 };
 

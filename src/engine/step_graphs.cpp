@@ -82,6 +82,9 @@ StepOutput StepGraphs::forward(const std::vector<SequenceInput>& batch, const st
     return out;
   }
 
+  // Allowed tokens would add a table to the step and change its layout from the recording's.
+  PLUMB_CHECK(std::none_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.allowed != nullptr; }),
+              "a step of a graph's shape draws without allowed tokens: draw constrained rows after it");
   // Sinks: sequences of their own at position 0, one page each, taking token 0 in the rows past the batch.
   while (static_cast<int64_t>(sinks_.size()) < bucket - real) sinks_.push_back(model_.new_sequence(1));
   std::vector<SequenceInput> rows = batch;

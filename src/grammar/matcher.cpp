@@ -20,6 +20,19 @@ constexpr size_t kMaxContextBytes = size_t{64} << 20;
 
 }  // namespace
 
+bool mask_bits(const TokenMask& mask, uint32_t* bits, int64_t vocab) {
+  bool any = false;
+  const int64_t words = (vocab + 31) / 32;
+  for (int64_t w = 0; w < words; ++w) {
+    const auto m = static_cast<size_t>(w / 2);
+    auto word = static_cast<uint32_t>(m < mask.size() ? mask[m] >> (32 * (w % 2)) : 0);
+    if (w + 1 == words && vocab % 32 != 0) word &= (1u << (vocab % 32)) - 1u;
+    bits[w] = word;
+    any = any || word != 0;
+  }
+  return any;
+}
+
 bool apply_mask(const TokenMask& mask, float* logits, int64_t vocab) {
   constexpr float kNever = -std::numeric_limits<float>::infinity();
   bool any = false;

@@ -31,6 +31,10 @@ inline bool mask_has(const TokenMask& mask, int32_t id) {
 // Sets logits[id] to -inf for every id < vocab not in `mask` (ids past the mask's end included); false when no id
 // below vocab is allowed. Whole words of the mask at a time, so a 151K-token row costs tens of microseconds.
 bool apply_mask(const TokenMask& mask, float* logits, int64_t vocab);
+// The same mask as 32-bit words for a draw on the device (TokenDraw::allowed): bit id % 32 of bits[id / 32] set for
+// each id < vocab in `mask`, every other bit of the (vocab + 31) / 32 words clear; false when no id below vocab is in
+// it.
+bool mask_bits(const TokenMask& mask, uint32_t* bits, int64_t vocab);
 
 // The parse stacks of a state, flat: stack i is positions[begin(i), ends[i]), bottom first; its top is a kBytes
 // position, and below it are the positions to return to. An empty stack means the grammar is complete.

@@ -113,7 +113,19 @@ struct TokenDraw {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;
   uint64_t step = 0;  // the draw's counter: u = uniform_f32_from_counter(seed, step) (core/counter_rng.h)
+  // Host bits of the tokens the row may draw (structured output), [allowed_words(vocab)]: token t when bit t % 32 of
+  // word t / 32 is set; the others draw as if their logit were -inf. Null: every token. At least one token below the
+  // vocabulary must be allowed. Read during the sample_tokens call only.
+  const uint32_t* allowed = nullptr;
 };
+
+// The 32-bit words of a TokenDraw::allowed row over `vocab` tokens.
+constexpr int64_t allowed_words(int64_t vocab) {
+  return (vocab + 31) / 32;
+}
+constexpr bool token_allowed(const uint32_t* allowed, int64_t id) {
+  return allowed == nullptr || ((allowed[id / 32] >> (id % 32)) & 1u) != 0;
+}
 
 // A block's second output, scaled per row by sigmoid(gate) before it joins the residual stream: the MoE block's shared
 // expert. out [R, D]; gate [R, 1].
@@ -276,7 +288,7 @@ class Backend {
   // lowest id. Otherwise p = softmax(logits[r] / temperature); keep the top_k most likely tokens (all when 0; ties
   // to the lower id), then the fewest of those, most likely first, whose probabilities reach top_p of the kept
   // mass; return the first kept token, in that order, at which the cumulative kept probability exceeds u times
-  // their total.
+  // their total. A draw with `allowed` bits sees -inf in place of every logit whose token it does not allow.
   virtual void sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) = 0;
 };
 

@@ -150,12 +150,20 @@ inline void check_kv_cache(const KvCache& cache, int64_t nkv, int64_t d, int64_t
 }
 
 // Checks one row's draw parameters, naming the row: every backend's sample_tokens refuses the same inputs.
-inline void check_token_draw(const TokenDraw& d, int64_t row) {
+inline void check_token_draw(const TokenDraw& d, int64_t row, int64_t vocab) {
   PLUMB_CHECK(std::isfinite(d.temperature) && d.temperature >= 0.0f &&
                   (d.temperature == 0.0f || std::isfinite(1.0f / d.temperature)),
               "sample_tokens: row {} has temperature {}, expected 0 or a finite positive number", row, d.temperature);
   PLUMB_CHECK(d.top_k >= 0, "sample_tokens: row {} has top_k {}, expected >= 0", row, d.top_k);
   PLUMB_CHECK(d.top_p > 0.0f && d.top_p <= 1.0f, "sample_tokens: row {} has top_p {}, expected (0, 1]", row, d.top_p);
+  if (d.allowed != nullptr) {
+    bool any = false;
+    for (int64_t w = 0; w < allowed_words(vocab) && !any; ++w) {
+      const uint32_t tail = vocab % 32 == 0 || w + 1 < allowed_words(vocab) ? ~0u : (1u << (vocab % 32)) - 1u;
+      any = (d.allowed[w] & tail) != 0;
+    }
+    PLUMB_CHECK(any, "sample_tokens: row {} allows none of the {} tokens", row, vocab);
+  }
 }
 
 }  // namespace plumb

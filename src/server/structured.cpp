@@ -22,6 +22,14 @@ class GrammarConstraint final : public TokenConstraint {
     return grammar::apply_mask(*matcher_.allowed(), logits, vocab);
   }
 
+  bool allowed(uint32_t* bits, int64_t vocab) const override {
+    if (!in_reasoning_) return grammar::mask_bits(*matcher_.allowed(), bits, vocab);
+    const int64_t words = allowed_words(vocab);
+    std::fill(bits, bits + words, ~0u);
+    if (vocab % 32 != 0) bits[words - 1] = (1u << (vocab % 32)) - 1u;
+    return true;
+  }
+
   bool accept(int32_t id) override {
     if (!in_reasoning_) return matcher_.accept(id);
     // The reasoning ends at "</think>" however it was tokenized; only its last bytes need keeping.

@@ -539,6 +539,17 @@ TEST_F(Cli, BenchTimesSpeculativeStepsAtTheAcceptanceAsked) {
       "--acceptance-length must be at least 1, got 0.5");
 }
 
+// plumb bench --constrained times the runner's draws with allowed tokens, which only a GPU runner makes; its folder's
+// tokenizer is read before the device is even opened, so a folder without one fails first.
+TEST_F(Cli, BenchRefusesAConstrainedRunItCannotMake) {
+  const std::string tokenizer = test::source_dir() + "/models/default";
+  expect_clean_failure(run("bench --device cpu --synthetic --model tiny --constrained " + tokenizer),
+                       "--constrained times the runner's own draws with allowed tokens, which only a GPU runner makes");
+  const Outcome r = run("bench --device cuda --synthetic --model tiny --constrained " + dir_ + "/no-such-folder");
+  expect_clean_failure(r, "no-such-folder");
+  EXPECT_THAT(r.err, HasSubstr("tokenizer"));
+}
+
 TEST_F(Cli, KvCacheBeyondMemoryIsRefusedWithWhatFits) {
   const Outcome r = run("serve --model " + test::source_dir() + "/models/default --port 0 --kv-cache-gib 100000");
   expect_clean_failure(r, "--kv-cache-gib 100000: ");

@@ -157,13 +157,52 @@ TEST(Engine, AConstraintMasksEachDrawAndEndsTheRequestWhenDone) {
 }
 
 TEST(Engine, AConstraintThatAllowsNoTokenEndsTheRequestWithAnError) {
-  test::FakeRunner runner(kVocab, 512);
-  Engine engine(runner, engine_config());
-  EngineRequest r = request(2, 6, 20);
-  r.constraint = std::make_shared<StepwiseConstraint>(4, /*allow_none=*/true);
-  const Outcome out = drain(*engine.submit(r).stream);
-  EXPECT_EQ(out.finish, StopCause::kError);
-  EXPECT_TRUE(out.tokens.empty());
+  for (bool draws : {false, true}) {
+    test::FakeRunner runner(kVocab, 512, {}, draws);
+    Engine engine(runner, engine_config());
+    EngineRequest r = request(2, 6, 20);
+    r.constraint = std::make_shared<StepwiseConstraint>(4, /*allow_none=*/true);
+    const Outcome out = drain(*engine.submit(r).stream);
+    EXPECT_EQ(out.finish, StopCause::kError) << "runner draws: " << draws;
+    EXPECT_EQ(out.error, "the constraint allows no token here") << "runner draws: " << draws;
+    EXPECT_TRUE(out.tokens.empty());
+  }
+}
+
+// A runner that draws takes a constrained row's draw too, with the constraint's allowed tokens, so the row's logits
+// stay where they are; the tokens keep to the constraint, and greedy ones are those the host draws.
+TEST(Engine, TheRunnerDrawsAConstrainedRowWithItsAllowedTokens) {
+  for (const SamplingParams& sampling : {SamplingParams{}, SamplingParams{.temperature = 1.0f, .seed = 3}}) {
+    std::vector<std::vector<int32_t>> tokens;  // [host draws, runner draws]
+    for (bool draws : {false, true}) {
+      test::FakeRunner runner(kVocab, 512, {}, draws);
+      Engine engine(runner, engine_config());
+      EngineRequest r = request(4, 7, 20);
+      r.sampling = sampling;
+      auto constraint = std::make_shared<StepwiseConstraint>(6);
+      r.constraint = constraint;
+      std::vector<Submission> others;
+      for (int i = 0; i < 3; ++i) others.push_back(engine.submit(request(20 + i, 5, 9)));
+      const Outcome out = drain(*engine.submit(r).stream);
+      EXPECT_EQ(out.finish, StopCause::kConstraintDone);
+      ASSERT_EQ(out.tokens.size(), 6u);
+      for (size_t i = 0; i < out.tokens.size(); ++i) EXPECT_EQ(out.tokens[i] % 5, static_cast<int32_t>(i % 5)) << i;
+      for (Submission& o : others) EXPECT_EQ(drain(*o.stream).finish, StopCause::kLength);
+      int64_t constrained_draws = 0;
+      for (const RunnerEntry& e : runner.calls()) {
+        if (e.constraint == nullptr) continue;
+        EXPECT_EQ(e.constraint, constraint.get());
+        EXPECT_TRUE(e.draw.has_value());
+        EXPECT_FALSE(e.logits);
+        ++constrained_draws;
+      }
+      EXPECT_EQ(constrained_draws, draws ? 6 : 0);
+      tokens.push_back(out.tokens);
+    }
+    if (sampling.temperature == 0.0f) {
+      EXPECT_EQ(tokens[0], tokens[1]);
+    }
+  }
 }
 
 // Masks nothing, and then refuses whatever was drawn (as when logits leave every allowed token at -inf).
@@ -295,15 +334,14 @@ TEST(Engine, GreedyTokensTheRunnerDrawsAreTheHostsDraws) {
   }
 }
 
-// What the runner cannot draw (it needs the history, the raw logits, a constraint or min-p) the host draws.
+// What the runner cannot draw (it needs the history, the raw logits or min-p) the host draws.
 TEST(Engine, TheHostDrawsWhatNeedsTheHost) {
-  std::vector<EngineRequest> host_only(6, request(3, 4, 3));
+  std::vector<EngineRequest> host_only(5, request(3, 4, 3));
   host_only[0].top_logprobs = 0;
   host_only[1].sampling.repetition_penalty = 1.2f;
   host_only[2].sampling.presence_penalty = 0.5f;
   host_only[3].sampling.frequency_penalty = 0.5f;
   host_only[4].sampling = SamplingParams{.temperature = 1.0f, .min_p = 0.1f, .seed = 2};
-  host_only[5].constraint = std::make_shared<StepwiseConstraint>(8);
   for (EngineRequest& r : host_only) {
     test::FakeRunner runner(kVocab, 512, {}, /*draws=*/true);
     Engine engine(runner, engine_config());

@@ -47,7 +47,7 @@ class FakeRunner final : public Runner {
       const uint64_t h = fnv1a64(history.data(), history.size() * sizeof(int32_t));
       std::vector<float> row;  // [V]
       for (int64_t v = 0; v < vocab_; ++v) row.push_back(static_cast<float>((h >> (v % 48)) % 97) * 0.1f);
-      out.drawn.push_back(e.draw ? draw(row, *e.draw) : -1);
+      out.drawn.push_back(e.draw ? draw(row, *e.draw, e.constraint) : -1);
       if (e.logits) out.logits.insert(out.logits.end(), row.begin(), row.end());
     }
     return out;
@@ -90,7 +90,15 @@ class FakeRunner final : public Runner {
   }
 
  private:
-  int32_t draw(std::vector<float>& row, const TokenDraw& d) {
+  // As a GPU runner draws: a constraint's allowed tokens travel as bits, -1 where it allows none.
+  int32_t draw(std::vector<float>& row, TokenDraw d, const TokenConstraint* constraint) {
+    PLUMB_CHECK(!constraint || !d.allowed, "fake runner: a draw with allowed tokens of its own");
+    std::vector<uint32_t> bits;  // [allowed_words(vocab)]
+    if (constraint) {
+      bits.resize(static_cast<size_t>(allowed_words(vocab_)));
+      if (!constraint->allowed(bits.data(), vocab_)) return -1;
+      d.allowed = bits.data();
+    }
     int32_t id = -1;
     Tensor logits(DType::kF32, {1, vocab_}, Device::kCpu, row.data(), nullptr);
     Tensor ids(DType::kI32, {1}, Device::kCpu, &id, nullptr);

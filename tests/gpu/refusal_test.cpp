@@ -28,5 +28,9 @@ TEST_F(CudaRefusals, MoeExpertsRefusesExpertIdsOutsideTheLayer) {
   test::expect_moe_experts_refuses_bad_ids(*be_);
 }
 
+TEST_F(CudaRefusals, SampleTokensRefusesARowThatAllowsNoToken) {
+  test::expect_sample_tokens_refuses_a_row_allowing_nothing(*be_);
+}
+
 }  // namespace
 }  // namespace plumb

@@ -4,6 +4,7 @@
 // transcription of the rule. docs/kernel-contract.md §Sampling.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -60,9 +61,15 @@ void judge_draws(Context& c, const std::string& what, const Tensor& logits, cons
   };
   const Tensor want = run(c.cpu, 0, R), got = run(c.gpu, 0, R);
   int64_t ambiguous = 0;
+  std::vector<float> seen(static_cast<size_t>(V));  // [V] the row as its draw sees it: -inf where not allowed
   for (int64_t r = 0; r < R; ++r) {
     const int32_t g = got.data_as<int32_t>()[r], w = want.data_as<int32_t>()[r];
-    const std::set<int32_t> ok = acceptable_tokens(logits.f32() + r * V, V, draws[r]);
+    for (int64_t i = 0; i < V; ++i)
+      seen[i] = token_allowed(draws[r].allowed, i) ? logits.f32()[r * V + i] : -std::numeric_limits<float>::infinity();
+    const std::set<int32_t> ok = acceptable_tokens(seen.data(), V, draws[r]);
+    if (!token_allowed(draws[r].allowed, g))
+      c.verdict.fail(what + " row " + std::to_string(r) + ": picked " + std::to_string(g) +
+                     ", which it does not allow");
     ambiguous += ok.size() > 1;
     if (!ok.count(w))
       c.verdict.fail(what + " row " + std::to_string(r) + ": the reference picked " + std::to_string(w) +
@@ -145,11 +152,58 @@ void tied_rows(Context& c, int64_t V) {
   judge_draws(c, "sample_tokens tied rows V=" + std::to_string(V), logits, draws, true);
 }
 
+// Random logits whose draws allow some tokens only (structured output): a third of the tokens at random, one token
+// (not the row's argmax), all but the argmax, one 32-token word, none but the last token, and every token through
+// bits that allow all; under greedy and sampled draws, with and without unconstrained rows beside them.
+void allowed_rows(Context& c, int64_t V) {
+  const int64_t words = allowed_words(V), R = 14;
+  Tensor logits = normal(c.rng, {R, V}, 2.0f);
+  std::vector<std::vector<uint32_t>> bits(static_cast<size_t>(R), std::vector<uint32_t>(static_cast<size_t>(words)));
+  std::vector<TokenDraw> draws(static_cast<size_t>(R));
+  const TokenDraw kinds[] = {{0.0f, 0, 1.0f, 0, 0}, {0.8f, 0, 0.9f, 0, 0}};
+  std::uniform_int_distribution<int64_t> token(0, V - 1);
+  for (int64_t r = 0; r < R; ++r) {
+    draws[r] = kinds[r % 2];
+    draws[r].seed = c.rng();
+    draws[r].step = c.rng() % 100000;
+    if (r >= 12) continue;  // unconstrained rows among the others
+    const float* row = logits.f32() + r * V;
+    const int64_t top = std::max_element(row, row + V) - row;
+    std::vector<uint32_t>& b = bits[static_cast<size_t>(r)];
+    const auto allow = [&](int64_t t) { b[static_cast<size_t>(t / 32)] |= 1u << (t % 32); };
+    switch (r / 2) {
+      case 0:
+        for (int64_t t = 0; t < V; ++t)
+          if (c.rng() % 3 == 0) allow(t);
+        break;
+      case 1:
+        allow(top == 0 ? V - 1 : top - 1);
+        break;
+      case 2:
+        for (int64_t t = 0; t < V; ++t)
+          if (t != top) allow(t);
+        break;
+      case 3:
+        for (int64_t first = token(c.rng) / 32 * 32, t = first; t < std::min(V, first + 32); ++t) allow(t);
+        break;
+      case 4:
+        allow(V - 1);
+        break;
+      default:
+        for (int64_t t = 0; t < V; ++t) allow(t);
+    }
+    if (std::none_of(b.begin(), b.end(), [](uint32_t w) { return w != 0; })) allow(token(c.rng));
+    draws[r].allowed = b.data();
+  }
+  judge_draws(c, "sample_tokens allowed tokens V=" + std::to_string(V), logits, draws);
+}
+
 // 7 and 4099 tokens: rows shorter than the GPU's blocks a row, and rows of no whole 16-byte vectors.
 void sample_case(Context& c) {
   for (int64_t V : {int64_t{7}, int64_t{1000}, int64_t{4099}}) random_rows(c, V);
   cut_rows(c, 1000);
   tied_rows(c, 4099);
+  for (int64_t V : {int64_t{7}, int64_t{4099}, int64_t{4100}}) allowed_rows(c, V);
 }
 
 // Qwen3's vocabulary. Apart from the others because racecheck, which runs every case but the large ones, would take
@@ -158,6 +212,7 @@ void sample_large_case(Context& c) {
   random_rows(c, 151936);
   cut_rows(c, 151936);
   tied_rows(c, 151936);
+  allowed_rows(c, 248320);
 }
 
 const CaseRegistrar reg_sample("sample_tokens", sample_case);
@@ -165,6 +220,7 @@ const CaseRegistrar reg_sample_large("sample_tokens_large", sample_large_case);
 
 const ControlRegistrar ctl_ties(cuda::KernelFault::kSampleTiesToHigher, "sample_tokens");
 const ControlRegistrar ctl_top_p(cuda::KernelFault::kSampleTopPOneShort, "sample_tokens");
+const ControlRegistrar ctl_allowed(cuda::KernelFault::kSampleIgnoresAllowed, "sample_tokens");
 
 }  // namespace
 }  // namespace plumb::harness

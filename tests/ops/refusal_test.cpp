@@ -20,5 +20,10 @@ TEST(CpuRefusals, MoeExpertsRefusesExpertIdsOutsideTheLayer) {
   test::expect_moe_experts_refuses_bad_ids(be);
 }
 
+TEST(CpuRefusals, SampleTokensRefusesARowThatAllowsNoToken) {
+  CpuBackend be;
+  test::expect_sample_tokens_refuses_a_row_allowing_nothing(be);
+}
+
 }  // namespace
 }  // namespace plumb

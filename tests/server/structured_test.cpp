@@ -97,18 +97,29 @@ StructuredOutput text_output(std::string source, std::string text, bool regex) {
   return out;
 }
 
-// How many of a row's logits the constraint leaves finite.
+// How many of a row's logits the constraint leaves finite. Its bits for a draw on the device (allowed()) must name
+// the same tokens, with every bit past the vocabulary clear.
 int64_t allowed(const TokenConstraint& c, int64_t vocab) {
   std::vector<float> logits(static_cast<size_t>(vocab), 0.0f);
   EXPECT_TRUE(c.mask(logits.data(), vocab));
-  int64_t n = 0;
-  for (float x : logits) n += std::isfinite(x);
+  std::vector<uint32_t> bits(static_cast<size_t>(allowed_words(vocab)), 0xa5a5a5a5u);  // to be overwritten
+  EXPECT_TRUE(c.allowed(bits.data(), vocab));
+  int64_t n = 0, differ = 0;
+  for (int64_t t = 0; t < vocab; ++t) {
+    n += std::isfinite(logits[t]);
+    differ += token_allowed(bits.data(), t) != std::isfinite(logits[t]);
+  }
+  EXPECT_EQ(differ, 0) << "tokens whose bit disagrees with the mask";
+  if (vocab % 32 != 0) {
+    EXPECT_EQ(bits.back() >> (vocab % 32), 0u) << "bits past the vocabulary";
+  }
   return n;
 }
 
 TEST(StructuredOutputs, ReasoningIsFreeUntilThinkCloses) {
   const ModelText text = ModelText::from_dir(test::source_dir() + "/models/default");
-  const int64_t vocab = text.tokenizer().vocab_size();
+  // Logits past the tokenizer's ids, as checkpoints pad their vocabulary, and not a whole number of 32-bit words.
+  const int64_t vocab = text.tokenizer().vocab_size() + 7;
   StructuredOutputs outputs(text, vocab);
   const auto constraint =
       outputs.constraint(schema_output(Json{{"type", "boolean"}}, "test"), /*opens_reasoning=*/true);

@@ -104,4 +104,21 @@ inline void expect_moe_experts_refuses_bad_ids(Backend& be) {
   EXPECT_NO_THROW(call(E - 1, 3));  // and the failure left nothing behind for the next call
 }
 
+// A draw whose allowed-token bits allow no token of the row (those past the vocabulary do not count) is refused
+// naming the row; one that allows only the last token is drawn as that token, greedy or sampled.
+inline void expect_sample_tokens_refuses_a_row_allowing_nothing(Backend& be) {
+  const int64_t V = 37;  // two words, the second with 5 tokens
+  const Tensor logits = ramp(be, {2, V});
+  Tensor ids = be.zeros(DType::kI32, {2});
+  std::vector<uint32_t> none{0u, ~0u << 5}, last{0u, 1u << 4};
+  std::vector<TokenDraw> draws{TokenDraw{}, TokenDraw{.temperature = 0.8f, .top_p = 0.9f, .seed = 3}};
+  draws[1].allowed = none.data();
+  expect_error_naming([&] { be.sample_tokens(logits, draws, ids); }, "row 1 allows none of the 37 tokens");
+  draws[0].allowed = draws[1].allowed = last.data();
+  be.sample_tokens(logits, draws, ids);
+  const Tensor got = be.download(ids);
+  EXPECT_EQ(got.data_as<int32_t>()[0], V - 1);
+  EXPECT_EQ(got.data_as<int32_t>()[1], V - 1);
+}
+
 }  // namespace plumb::test

@@ -45,7 +45,8 @@ void CpuBackend::random_uniform(Tensor& t, uint64_t seed, float lo, float hi) {
 // F32: sort the tokens by s, highest first, equal s to the lower id; keep the first top_k; weigh each by exp(s),
 // summed in double in that order (the softmax numerators: dividing by their total would scale both sides of every
 // comparison below alike); the nucleus is the shortest prefix whose weight reaches top_p times the kept weight; the
-// pick is the first nucleus token at which the running weight exceeds u times the nucleus weight.
+// pick is the first nucleus token at which the running weight exceeds u times the nucleus weight. A token the draw does
+// not allow has its logit replaced by -inf first.
 void CpuBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDraw>& draws, Tensor& ids) {
   PLUMB_CHECK(logits.dtype() == DType::kF32 && logits.rank() == 2,
               "sample_tokens: logits are {} {}, expected F32 [rows, vocab]", dtype_name(logits.dtype()),
@@ -56,14 +57,21 @@ void CpuBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDraw
               "sample_tokens: vocabulary of {} tokens, expected 1 to 2^31 - 1", vocab);
   PLUMB_CHECK(ids.dtype() == DType::kI32, "sample_tokens: ids are {}, expected I32", dtype_name(ids.dtype()));
   expect_shape(ids, {rows}, "sample_tokens", "ids");
-  for (int64_t r = 0; r < rows; ++r) check_token_draw(draws[r], r);
+  for (int64_t r = 0; r < rows; ++r) check_token_draw(draws[r], r, vocab);
 
-  std::vector<float> s(vocab);
+  std::vector<float> s(vocab), masked;
+  if (std::any_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.allowed != nullptr; }))
+    masked.resize(static_cast<size_t>(vocab));
   std::vector<int32_t> order(vocab);
   std::vector<double> running;
   for (int64_t r = 0; r < rows; ++r) {
     const TokenDraw& d = draws[r];
     const float* l = logits.f32() + r * vocab;  // [vocab]
+    if (d.allowed != nullptr) {
+      for (int64_t i = 0; i < vocab; ++i)
+        masked[i] = token_allowed(d.allowed, i) ? l[i] : -std::numeric_limits<float>::infinity();
+      l = masked.data();
+    }
     int32_t& id = ids.data_as<int32_t>()[r];
     if (d.temperature == 0.0f) {
       int64_t best = 0;

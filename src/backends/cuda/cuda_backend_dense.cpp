@@ -288,9 +288,15 @@ void CudaBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDra
   PLUMB_CHECK(rows <= kInt32Max, "sample_tokens: {} rows are too many for one launch", rows);
   if (rows == 0) return;
   std::vector<cuda::SampleDraw> table(static_cast<size_t>(rows));
+  std::vector<uint32_t> allowed;  // [rows with allowed tokens, allowed_words(vocab)]
+  const int64_t words = allowed_words(vocab);
   for (int64_t r = 0; r < rows; ++r) {
     const TokenDraw& d = draws[r];
-    check_token_draw(d, r);
+    check_token_draw(d, r, vocab);
+    if (d.allowed != nullptr) {
+      table[r].allowed = static_cast<int64_t>(allowed.size());
+      allowed.insert(allowed.end(), d.allowed, d.allowed + words);
+    }
     cuda::SampleDraw& out = table[r];
     out.greedy = d.temperature == 0.0f ? 1 : 0;
     out.inv_temperature = d.temperature == 0.0f ? 0.0f : 1.0f / d.temperature;
@@ -300,9 +306,13 @@ void CudaBackend::sample_tokens(const Tensor& logits, const std::vector<TokenDra
     out.u24 = static_cast<uint32_t>(uniform_f32_from_counter(d.seed, d.step) * 16777216.0f);
   }
   const std::shared_ptr<void> device_draws = upload_vector(table);
+  // Only where some row has allowed tokens: a recorded step's tables keep the layout of its recording (a step graph
+  // records its draws without them).
+  const std::shared_ptr<void> device_allowed = allowed.empty() ? nullptr : upload_vector(allowed);
   cuda::SampleTokensParams params;
   params.logits = logits.f32();
   params.draws = static_cast<const cuda::SampleDraw*>(device_draws.get());
+  params.allowed = static_cast<const uint32_t*>(device_allowed.get());
   params.ids = ids.data_as<int32_t>();
   params.rows = rows;
   params.vocab = vocab;

@@ -28,8 +28,9 @@
   X(kRandomUniformCounterOffByOne) /* hashes element index + 1 */                                                      \
   X(kCopyRegionsDropsTail)         /* copy_all: each region stops one unit (16 bytes, or a byte) short */              \
   /* sampling */                                                                                                       \
-  X(kSampleTiesToHigher) /* ranks equally likely tokens by descending id */                                            \
-  X(kSampleTopPOneShort) /* the nucleus stops one token before its weight reaches top_p */                             \
+  X(kSampleTiesToHigher)   /* ranks equally likely tokens by descending id */                                          \
+  X(kSampleTopPOneShort)   /* the nucleus stops one token before its weight reaches top_p */                           \
+  X(kSampleIgnoresAllowed) /* draws from every token, leaving a row's allowed-token bits unread */                     \
   /* matrix products */                                                                                                \
   X(kLinearDropsLastKTile)     /* skips the last tile of the reduction */                                              \
   X(kLinearSplitFoldsReversed) /* a split product adds its slices' partial sums last to first */                       \

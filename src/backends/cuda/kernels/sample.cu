@@ -199,7 +199,14 @@ struct Row {
   bool vectorized;      // vocab % 4 == 0 and 16-byte aligned rows
   float max_logit;
   float inv_temperature;
-  float mass_scale;  // 2^shift
+  float mass_scale;         // 2^shift
+  const uint32_t* allowed;  // [allowed_words(vocab)] the tokens the row may draw, bit t % 32 of word t / 32; null: all
+
+  // The logit token i draws with: -inf where the row does not allow it.
+  __device__ float logit(int64_t i, float raw) const {
+    return allowed == nullptr || ((allowed[i >> 5] >> (i & 31)) & 1u) != 0 ? raw : -INFINITY;
+  }
+  __device__ float at(int64_t i) const { return logit(i, logits[i]); }
 
   // The rank key bits(|s|) of s = (l - max) · (1 / T) <= 0, rounded as the CPU reference rounds it.
   __device__ uint32_t key(float logit) const {
@@ -237,17 +244,19 @@ __device__ __forceinline__ void for_each_logit(const Row& row, Fn&& fn) {
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t v = base + u * kSampleThreads + lane;
         const bool valid = v < end;
-        fn(4 * v, l[u].x, valid);
-        fn(4 * v + 1, l[u].y, valid);
-        fn(4 * v + 2, l[u].z, valid);
-        fn(4 * v + 3, l[u].w, valid);
+        // Tokens 4v .. 4v + 3 are bits 4(v % 8) .. 4(v % 8) + 3 of word v / 8.
+        const uint32_t keep = row.allowed != nullptr && valid ? row.allowed[v >> 3] >> ((v & 7) * 4) : 0xfu;
+        fn(4 * v, keep & 1u ? l[u].x : -INFINITY, valid);
+        fn(4 * v + 1, keep & 2u ? l[u].y : -INFINITY, valid);
+        fn(4 * v + 2, keep & 4u ? l[u].z : -INFINITY, valid);
+        fn(4 * v + 3, keep & 8u ? l[u].w : -INFINITY, valid);
       }
     }
   } else {
     for (int64_t base = row.first + warp_first; base < row.last; base += kSampleThreads) {
       const int64_t i = base + lane;
       const bool valid = i < row.last;
-      fn(i, valid ? row.logits[i] : 0.0f, valid);
+      fn(i, valid ? row.at(i) : 0.0f, valid);
     }
   }
 }
@@ -525,7 +534,7 @@ __device__ uint32_t nth_tied_id(const Row& row, uint32_t key, uint32_t n, Sample
   uint32_t mine = 0;
   for (int64_t tile = row.first; tile < row.last; tile += kSampleThreads) {
     const int64_t i = tile + threadIdx.x;
-    mine += static_cast<uint32_t>(__syncthreads_count(i < row.last && row.key(row.logits[i]) == key));
+    mine += static_cast<uint32_t>(__syncthreads_count(i < row.last && row.key(row.at(i)) == key));
   }
   if (threadIdx.x == 0) s.block_tied = mine, s.found_id = kNoId;
   cluster.sync();  // every block's block_tied is written, every found_id cleared
@@ -534,7 +543,7 @@ __device__ uint32_t nth_tied_id(const Row& row, uint32_t key, uint32_t n, Sample
   if (before < n && n <= before + mine) {  // the same in every thread of the block
     for (int64_t tile = row.first; tile < row.last; tile += kSampleThreads) {
       const int64_t i = tile + threadIdx.x;
-      const bool tied = i < row.last && row.key(row.logits[i]) == key;
+      const bool tied = i < row.last && row.key(row.at(i)) == key;
       const uint32_t in_tile = static_cast<uint32_t>(__syncthreads_count(tied));
       if (before + in_tile >= n) {  // the same in every thread
         const unsigned ballot = __ballot_sync(kFullMask, tied);
@@ -617,6 +626,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
   Row row{};
   row.logits = p.logits + r * p.vocab;
   row.vocab = p.vocab;
+  row.allowed = draw.allowed >= 0 && kFault != KernelFault::kSampleIgnoresAllowed ? p.allowed + draw.allowed : nullptr;
   row.vectorized = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
   const int64_t part = ((p.vocab + blocks - 1) / blocks + 3) & ~int64_t{3};  // whole float4s
   row.first = min(p.vocab, rank * part);
@@ -649,7 +659,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
       nucleus = last.through.mass;
       // The planted control leaves the nucleus's last token out.
       if (kFault == KernelFault::kSampleTopPOneShort && last.id < p.vocab)
-        nucleus -= row.mass(row.key(row.logits[last.id]));
+        nucleus -= row.mass(row.key(row.at(last.id)));
     }
     const Condition pick{Goal::kMassAbove, 0, 0.0, nucleus, draw.u24};
     id = descend<kFault>(row, pick, s).id;
@@ -720,7 +730,8 @@ void launch_sample_tokens(const SampleTokensParams& params, KernelFault fault, c
   while ((params.vocab >> vocab_bits) != 0) ++vocab_bits;
   const int shift = 63 - vocab_bits < 53 ? 63 - vocab_bits : 53;  // vocab · 2^shift < 2^63: no sum overflows
   const float mass_scale = static_cast<float>(1ull << shift);
-  dispatch_fault<KernelFault::kSampleTiesToHigher, KernelFault::kSampleTopPOneShort>(
+  dispatch_fault<KernelFault::kSampleTiesToHigher, KernelFault::kSampleTopPOneShort,
+                 KernelFault::kSampleIgnoresAllowed>(
       fault, [&](auto planted) { launch_sample_tokens_with<decltype(planted)::value>(params, mass_scale, stream); });
 }
 

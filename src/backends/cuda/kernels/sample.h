@@ -39,12 +39,16 @@ struct SampleDraw {
   int64_t top_k = 0;             // 0, or at least the vocabulary: keep every token
   float top_p = 1.0f;            // at least 1: no nucleus cut
   uint32_t u24 = 0;              // the draw's u times 2^24: uniform_f32_from_counter(seed, step) as an integer
+  int64_t allowed = -1;          // the row's first word in SampleTokensParams::allowed; -1: every token may come
 };
 
 struct SampleTokensParams {
   const float* logits = nullptr;      // [rows, vocab]
   const SampleDraw* draws = nullptr;  // [rows] device
-  int32_t* ids = nullptr;             // [rows]
+  // Device bits of the allowed tokens of the rows that have them, allowed_words(vocab) words a row (token t: bit t % 32
+  // of word t / 32); a token not allowed draws as if its logit were -inf. Null when no row has them.
+  const uint32_t* allowed = nullptr;
+  int32_t* ids = nullptr;  // [rows]
   int64_t rows = 0;
   int64_t vocab = 0;  // in [1, 2^31)
 };
