@@ -13,7 +13,7 @@
 #           its barrier)
 # sampler   bench/sampler/gpu_sampler_bench.cpp: the GPU token draw per sampling setting and row count against the
 #           floor of reading the logits, beside the CPU reference's draw of the same rows (same ids counted)
-# harness   the op harness (tests/gpu): every kernel against the CPU reference, its planted controls, invariance;
+# harness   the op harness (tests/backends/cuda): every kernel against the CPU reference, its planted controls, invariance;
 #           gpu_model_test: every prompt length 1..200 bit-identical however its prefill is cut
 # e2e       tools/gpu_end_to_end.py: every fixture model on --device cuda (logits bound, greedy ids, hashes)
 # sanitize  compute-sanitizer memcheck and racecheck on the harness, the recorded-step tests and one generation
@@ -142,7 +142,7 @@ if want sanitize; then
     [ $tool = racecheck ] && filter='Ops/Cases.*-*large*:*race*:*sample_tokens*'
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_op_harness" --gtest_filter="$filter" \
       >"$out/sanitize_${tool}_harness.log" 2>&1 || ok=FAIL
-    # The recorded steps: arena, step tables and graph replays (tests/gpu/graph_test.cpp).
+    # The recorded steps: arena, step tables and graph replays (tests/backends/cuda/graph_test.cpp).
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/gpu_model_test" \
       --gtest_filter='*GpuStepGraphs*' >"$out/sanitize_${tool}_graphs.log" 2>&1 || ok=FAIL
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$plumb" generate --model $model \

@@ -1,6 +1,6 @@
 // The array comparison every fixture and op test uses (test::max_abs_diff): a NaN or an infinity anywhere in either
 // array, the middle included, must make `err <= tol` false for any tolerance. The GPU harness's Verdict::close has
-// the same test in tests/gpu/harness_test.cpp.
+// the same test in tests/backends/cuda/harness_test.cpp.
 #include <gtest/gtest.h>
 
 #include <vector>

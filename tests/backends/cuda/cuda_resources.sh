@@ -8,13 +8,13 @@
 #   cuda_resources.sh write COMPILE_COMMANDS DYNAMIC_SMEM_TOOL   rewrite those files
 # COMPILE_COMMANDS is the build's compile_commands.json: each kernel file is compiled again with exactly the command
 # the build compiles it with (flags, -gencode targets, defines), plus --resource-usage. DYNAMIC_SMEM_TOOL is the
-# build's plumb_cuda_dynamic_smem (tests/cuda_dynamic_smem.cpp).
+# build's plumb_cuda_dynamic_smem (tests/backends/cuda/cuda_dynamic_smem.cpp).
 set -euo pipefail
 usage="usage: cuda_resources.sh check|write COMPILE_COMMANDS DYNAMIC_SMEM_TOOL"
 mode=${1:?$usage}
 compile_commands=${2:?$usage}
 dynamic_tool=${3:?$usage}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 record=$root/src/backends/cuda/resource_usage.txt
 # Two records, one per kernels library (kernels/fault.h): resource_usage.txt, the production library plumb runs
 # (plumb_cuda_kernels: ptxas records, and dynamic ones from DYNAMIC_SMEM_TOOL, which links it), and
@@ -78,7 +78,7 @@ PY
   echo "# Resource usage of every CUDA kernel of plumb_cuda_kernels, the kernels plumb runs. ptxas, as the build compiles"
   echo "# each file: arch, kernel, registers, static shared memory (bytes), stack frame, spill stores and loads. dynamic:"
   echo "# the shared memory (bytes) a kernel's launch asks for, as its launcher computes it, per configuration"
-  echo "# (tests/cuda_dynamic_smem.cpp). The op harness's planted controls: resource_usage_planted.txt."
+  echo "# (tests/backends/cuda/cuda_dynamic_smem.cpp). The op harness's planted controls: resource_usage_planted.txt."
   echo "# Written by scripts/update_cuda_resources.sh; checked by ctest cuda_resource_records."
   ptxas_records plumb_cuda_kernels
   sort "$dynamic"

@@ -1,6 +1,6 @@
 // Prints the dynamic shared memory each CUDA kernel launch asks for, one line per kernel and configuration:
 //   FILE dynamic KERNEL CONFIG smem=BYTES
-// ptxas reports static shared memory only, so tests/cuda_resources.sh records these lines beside its numbers. The
+// ptxas reports static shared memory only, so tests/backends/cuda/cuda_resources.sh records these lines beside its numbers. The
 // bytes come from the functions the launchers themselves call (kernels/*.h), never from a copy; where they depend on
 // the model, they are printed for Qwen3-Next-80B-A3B's shapes. Runs on the host alone: it calls no CUDA API.
 #include <cstdio>

@@ -3,7 +3,7 @@
 # (instantiated with kNone, "(plumb::cuda::KernelFault)0") and no faulty twin ("(plumb::cuda::KernelFault)N", N > 0),
 # and the harness's must name faulty twins, or the check could not see one. dispatch_fault's own instantiations are
 # left out: their template arguments list the faults a launcher would dispatch to, which production compiles to kNone.
-#   bash tests/gpu/planted_faults_test.sh PLUMB_BINARY HARNESS_BINARY
+#   bash tests/backends/cuda/planted_faults_test.sh PLUMB_BINARY HARNESS_BINARY
 set -uo pipefail
 plumb=${1:?usage: planted_faults_test.sh PLUMB_BINARY HARNESS_BINARY}
 harness=${2:?usage: planted_faults_test.sh PLUMB_BINARY HARNESS_BINARY}

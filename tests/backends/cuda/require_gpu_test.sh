@@ -2,7 +2,7 @@
 # PLUMB_REQUIRE_GPU against a machine with no usable device: with every device hidden (CUDA_VISIBLE_DEVICES=""), as
 # on a GPU machine whose driver fails, the harness's GPU tests must all fail when it is set and all skip when it is
 # not. Runs the same on machines with and without a GPU.
-#   bash tests/gpu/require_gpu_test.sh build/test/bin/gpu_op_harness
+#   bash tests/backends/cuda/require_gpu_test.sh build/test/bin/gpu_op_harness
 set -uo pipefail
 harness=$1
 # Every test that needs a device (Registry, Verdict, KernelImage and LaunchChoices need none).

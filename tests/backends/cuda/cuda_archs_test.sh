@@ -3,7 +3,7 @@
 # plumb's own message (CMakeLists.txt; src/backends/cuda/kernels/arch.cuh says what the kernels use), not left to
 # ptxas; architectures from 9.0 configure (the check's control). Configures with the CUDA backend off, which the
 # check does not depend on, so each configure takes seconds.
-#   bash tests/gpu/cuda_archs_test.sh CMAKE SOURCE_DIR
+#   bash tests/backends/cuda/cuda_archs_test.sh CMAKE SOURCE_DIR
 set -uo pipefail
 cmake=${1:?usage: cuda_archs_test.sh CMAKE SOURCE_DIR}
 source_dir=${2:?usage: cuda_archs_test.sh CMAKE SOURCE_DIR}
