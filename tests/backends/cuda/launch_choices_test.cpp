@@ -69,6 +69,15 @@ TEST(LaunchChoices, BlocksWarpsAndSlicesFitTheDevice) {
   EXPECT_EQ(choose_gdn_chunk_state_columns(128, kH200), 32);
   EXPECT_EQ(choose_gdn_chunk_state_columns(256, kH200), 8);
   EXPECT_EQ(grid_stride_block_cap(kH200), 8 * 132);
+  // A token row's cluster: 16 blocks while every row's cluster still fits one wave of 132 multiprocessors, then
+  // halves; 8 at most where 16 cannot be co-scheduled.
+  EXPECT_EQ(choose_sample_cluster_blocks(1, 16, kH200), 16u);
+  EXPECT_EQ(choose_sample_cluster_blocks(8, 16, kH200), 16u);
+  EXPECT_EQ(choose_sample_cluster_blocks(9, 16, kH200), 8u);
+  EXPECT_EQ(choose_sample_cluster_blocks(64, 16, kH200), 2u);
+  EXPECT_EQ(choose_sample_cluster_blocks(66, 16, kH200), 2u);
+  EXPECT_EQ(choose_sample_cluster_blocks(67, 16, kH200), 1u);
+  EXPECT_EQ(choose_sample_cluster_blocks(1, 8, kH200), 8u);
 }
 
 }  // namespace

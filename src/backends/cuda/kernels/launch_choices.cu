@@ -98,4 +98,10 @@ int grid_stride_block_cap(const DeviceLimits& device) {
   return tuning_of(device).grid_stride_blocks_per_sm * device.multiprocessors;
 }
 
+unsigned choose_sample_cluster_blocks(int64_t rows, unsigned largest, const DeviceLimits& device) {
+  unsigned blocks = largest;
+  while (blocks > 1 && rows * blocks > device.multiprocessors) blocks /= 2;
+  return blocks;
+}
+
 }  // namespace plumb::cuda

@@ -45,5 +45,9 @@ int choose_gdn_chunk_state_columns(int key_dim, const DeviceLimits& device);
 // The most blocks a grid-striding elementwise kernel (256-thread blocks) launches: enough to fill every
 // multiprocessor.
 int grid_stride_block_cap(const DeviceLimits& device);
+// Blocks of the cluster that draws one token row (kernels/sample.cu): the most, from `largest` (16, or 8 where the
+// device cannot co-schedule 16 of the sampler's blocks; its launcher asks the driver once) down by halves, that still
+// keep all `rows` rows' clusters within one wave of the multiprocessors; at least 1.
+unsigned choose_sample_cluster_blocks(int64_t rows, unsigned largest, const DeviceLimits& device);
 
 }  // namespace plumb::cuda

@@ -32,6 +32,7 @@
 
 #include "backends/cuda/kernels/device_limits.h"
 #include "backends/cuda/kernels/launch.cuh"
+#include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/kernels/sample.h"
 
 namespace plumb::cuda {
@@ -668,20 +669,12 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(SampleTok
   cluster.sync();  // no block leaves while another may still read its shared memory
 }
 
-// The blocks a row's cluster takes: the most, up to 16 (8 where the GPU cannot co-schedule 16 of these blocks),
-// that still keep all rows' clusters within one wave of the multiprocessors.
-struct SampleClusterLimits {
-  unsigned largest;  // 16, or 8 where 16 of these blocks cannot be co-scheduled
-  int64_t multiprocessors;
-};
-
-// The blocks a row's cluster takes: the most, up to 16, that still keep all rows' clusters within one wave of the
-// multiprocessors. The device is asked once per kernel.
+// The most blocks a row's cluster may take: 16, or 8 where the GPU cannot co-schedule 16 of these blocks. The driver
+// is asked once per kernel; launch_choices.h decides from it how many a launch takes.
 template <KernelFault kFault>
-unsigned sample_cluster_size(int64_t rows) {
-  static const SampleClusterLimits limits = [] {
+unsigned largest_sample_cluster() {
+  static const unsigned largest = [] {
     const auto kernel = sample_tokens_kernel<kFault>;
-    const int multiprocessors = device_limits().multiprocessors;
     int clusters = 0;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
@@ -697,16 +690,14 @@ unsigned sample_cluster_size(int64_t rows) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
     cudaGetLastError();  // a refusal above only means clusters of 8
-    return SampleClusterLimits{sixteen ? 16u : 8u, multiprocessors};
+    return sixteen ? 16u : 8u;
   }();
-  unsigned blocks = limits.largest;
-  while (blocks > 1 && rows * blocks > limits.multiprocessors) blocks /= 2;
-  return blocks;
+  return largest;
 }
 
 template <KernelFault kFault>
 void launch_sample_tokens_with(const SampleTokensParams& params, float mass_scale, cudaStream_t stream) {
-  const unsigned blocks = sample_cluster_size<kFault>(params.rows);
+  const unsigned blocks = choose_sample_cluster_blocks(params.rows, largest_sample_cluster<kFault>(), device_limits());
   launch_kernel_in_clusters(sample_tokens_kernel<kFault>, dim3(static_cast<unsigned>(params.rows) * blocks),
                             dim3(blocks), kSampleThreads, 0, stream, params, mass_scale);
 }
