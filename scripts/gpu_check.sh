@@ -23,7 +23,9 @@
 #           the acceptance length 3.39 (capped at K + 1) beside the plain decode step of the same run
 # constrained  plumb bench --constrained .cache/qwen3-tokenizer --batches 1,64 (35B shapes): a serving runner's decode
 #           steps with every row's draw kept to a JSON object grammar over Qwen3's vocabulary (the masks made on the
-#           host while the GPU runs the step), beside its unconstrained steps (carry .cache/qwen3-tokenizer)
+#           host while the GPU runs the step), beside its unconstrained steps. The tokenizer folder (11 MB) does not
+#           fit a call beside the device pack: carry it packed, 1.4 MB, made here by
+#           `tar -C .cache -cJf .cache/qwen3-tokenizer.tar.xz qwen3-tokenizer` (carry .cache/qwen3-tokenizer.tar.xz)
 # fp8       plumb bench --weights fp8 (decode and prefill, no kernel table): the whole 48-layer Qwen3-Next-80B-A3B and
 #           Qwen3.5-35B-A3B
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
@@ -189,6 +191,9 @@ fi
 
 if want constrained; then
   echo "== plumb bench --constrained: decode steps drawn under a JSON grammar beside unconstrained ones (35B shapes)"
+  [ -f .cache/qwen3-tokenizer.tar.xz ] && tar -C .cache -xJf .cache/qwen3-tokenizer.tar.xz
+  [ -f .cache/qwen3-tokenizer/tokenizer.json ] ||
+    echo "constrained: no .cache/qwen3-tokenizer here: carry .cache/qwen3-tokenizer.tar.xz (see the step's note above)"
   timeout 300 "$plumb" bench --device cuda --synthetic --model qwen3.5-35b-a3b --batches 1,64 --prefill 64 \
     --prefill-repeats 1 --steps 10 --warmup 3 --constrained .cache/qwen3-tokenizer --copy-mib 1024 \
     --commit "$commit" --json "$out/bench_constrained.json" 2>&1 | tee "$out/bench_constrained.log"
