@@ -17,8 +17,11 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
   const int64_t steps = a.warmup + a.steps;
   const int64_t capacity = a.context + (steps + 1) * (k + 1);
   model.kv_pool().reserve(model.kv_pool().used_pages() + B * ((capacity + kKvPageSize - 1) / kKvPageSize + 1));
-  model.recurrent_pool().reserve(model.recurrent_pool().used_slots() + 2 * B);
-  ModelRunner runner(model, static_cast<int32_t>(B), StepGraphOptions{.enabled = false});
+  // A slot a sequence and k more for its trail (the states its verification keeps).
+  model.recurrent_pool().reserve(model.recurrent_pool().used_slots() + (1 + k) * B);
+  // Verifications replay a graph recorded for (B, k + 1 tokens a sequence) unless --no-graphs; the head's draft
+  // steps run eagerly.
+  ModelRunner runner(model, static_cast<int32_t>(B), StepGraphOptions{!a.no_graphs, {B}});
   runner.enable_drafting(std::make_unique<MtpDrafter>(model));
   // Every sequence's prompt in one call; the draw of its last row is its first token.
   const bool draws = runner.draws_tokens();
@@ -102,6 +105,7 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
                                     {"speedup", plain ? json(tok_per_s / *plain) : json(nullptr)},
                                     {"drafted", drafted},
                                     {"verify_steps", verify_steps},
+                                    {"verifications_replayed", runner.verifications_replayed()},
                                     {"plain_floor_s", floor},
                                     {"fraction_of_floor", floor / per_plain_step},
                                     {"samples_s", samples}});

@@ -260,23 +260,53 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
       group.draws.push_back(draw);
     }
   }
+  // Where each entry's logits rows go in out.logits, for the entries that want them.
+  std::vector<int64_t> logits_at(batch.size(), -1);  // [entries]
+  int64_t wanted = 0;                                // logits rows that go back
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].logits) continue;
+    logits_at[i] = wanted;
+    wanted += places[i].rows;
+  }
+  out.logits.resize(static_cast<size_t>(wanted * vocab));
   std::vector<bool> none_allowed(batch.size(), false);  // [entries]: constrained entries whose constraint allows none
   for (size_t g = 0; g < groups.size(); ++g) {
     Group& group = groups[g];
     if (group.inputs.empty()) continue;
-    group.logits = g == 1 ? model_.forward(group.inputs, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &group.hidden)
-                          : model_.forward(group.inputs, LogitsRows::kLast, GdnAlgorithm::kChunked, &group.hidden);
-    if (!any_draw) continue;
-    std::vector<int64_t> rows(batch.size(), -1);  // each entry's logits row in this group
+    // A group replayed from a recording leaves its results in the recording's memory, which the next group's replay
+    // reuses: each group's logits and draws come back, and its hidden states are copied out, before the next runs.
+    // A group with constrained rows is drawn again once their masks are made, as run() draws.
+    bool constrained = false;
     for (size_t i = 0; i < batch.size(); ++i)
-      if (places[i].group == g) rows[i] = places[i].row;
-    const std::vector<bool> none = constrain_draws(batch, rows, group.draws, vocab);
-    for (size_t i = 0; i < batch.size(); ++i) none_allowed[i] = none_allowed[i] || none[i];
-    group.ids = backend.empty(DType::kI32, {group.logits.dim(0)});
-    backend.sample_tokens(group.logits, group.draws, group.ids);
-    group.host_ids.resize(static_cast<size_t>(group.logits.dim(0)));
-    Tensor host(DType::kI32, {group.logits.dim(0)}, Device::kCpu, group.host_ids.data(), nullptr);
-    backend.copy(group.ids, host);
+      constrained = constrained || (batch[i].constraint && places[i].group == g);
+    const std::vector<TokenDraw> recorded_draws = any_draw && !constrained ? group.draws : std::vector<TokenDraw>{};
+    StepOutput step = g == 1 ? graphs_.verify(group.inputs, recorded_draws)
+                             : graphs_.forward(group.inputs, recorded_draws, StepHidden::kEveryToken);
+    group.logits = step.logits;
+    group.hidden = step.hidden;
+    if (graphs_.last_replayed()) {
+      group.hidden = backend.empty(DType::kF32, step.hidden.shape());
+      backend.copy(step.hidden, group.hidden);
+    }
+    if (any_draw) {
+      group.ids = step.ids;
+      if (constrained) {
+        std::vector<int64_t> rows(batch.size(), -1);  // each entry's logits row in this group
+        for (size_t i = 0; i < batch.size(); ++i)
+          if (places[i].group == g) rows[i] = places[i].row;
+        const std::vector<bool> none = constrain_draws(batch, rows, group.draws, vocab);
+        for (size_t i = 0; i < batch.size(); ++i) none_allowed[i] = none_allowed[i] || none[i];
+        group.ids = backend.empty(DType::kI32, {group.logits.dim(0)});
+        backend.sample_tokens(group.logits, group.draws, group.ids);
+      }
+      group.host_ids.resize(static_cast<size_t>(group.logits.dim(0)));
+      Tensor host(DType::kI32, {group.logits.dim(0)}, Device::kCpu, group.host_ids.data(), nullptr);
+      backend.copy(group.ids, host);
+    }
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (places[i].group == g && logits_at[i] >= 0)
+        copy_rows(backend, group.logits, places[i].row, places[i].row + places[i].rows,
+                  out.logits.data() + logits_at[i] * vocab);
   }
 
   // Each trail takes its rows' hidden states. The rows of prompt chunks go to the drafter now, all but each chunk's
@@ -297,18 +327,11 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
   }
   if (!catch_up.empty()) drafter_->propose(catch_up);
 
-  int64_t wanted = 0;  // logits rows that go back
-  for (size_t i = 0; i < batch.size(); ++i) wanted += batch[i].logits ? places[i].rows : 0;
-  out.logits.resize(static_cast<size_t>(wanted * vocab));
-  int64_t filled = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const Place& p = places[i];
     const Group& group = groups[p.group];
     for (int64_t r = 0; r < p.rows; ++r)
       out.drawn.push_back(batch[i].draw && !none_allowed[i] ? group.host_ids[static_cast<size_t>(p.row + r)] : -1);
-    if (!batch[i].logits) continue;
-    copy_rows(backend, group.logits, p.row, p.row + p.rows, out.logits.data() + filled * vocab);
-    filled += p.rows;
   }
   if (!any_draw && wanted == 0) backend.synchronize();  // as run(): a failure surfaces in this call
   return out;

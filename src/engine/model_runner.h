@@ -1,8 +1,9 @@
 // The Runner of a Qwen3NextModel on any Backend: one SequenceState per slot, one batched forward call per step. A
 // slot's KV pages come from the model's pool as its sequence grows and return to it when the slot is released. Steps
-// in which every sequence brings one token replay recorded graphs (StepGraphs) unless graphs are off. On a GPU the
-// runner draws tokens itself (Backend::sample_tokens, inside a replayed step's graph), so only ids leave the device
-// for rows that need no host draw; the CPU leaves every draw to the engine's host sampler.
+// in which every sequence brings one token, and verifications of drafts, replay recorded graphs (StepGraphs) unless
+// graphs are off. On a GPU the runner draws tokens itself (Backend::sample_tokens, inside a replayed step's graph),
+// so only ids leave the device for rows that need no host draw; the CPU leaves every draw to the engine's host
+// sampler.
 #pragma once
 
 #include <memory>
@@ -23,7 +24,9 @@ class ModelRunner final : public Runner {
   // From now on a PrefixCache of `limits` serves start_from_cache and offer_prefix (without one they keep nothing).
   void enable_prefix_cache(PrefixCacheLimits limits);
   // From now on entries may ask for drafts (RunnerEntry::drafts), which `drafter` proposes. Every sequence's tokens
-  // are then shown to it as they run, so that its own cache keeps up, and every step runs eagerly (no graph replays).
+  // are then shown to it as they run, so that its own cache keeps up. A step's verifications (every one of the same
+  // number of drafts) and its decode rows each replay a recorded graph where their shape allows
+  // (StepGraphs::verify, StepGraphs::forward); the drafter's own steps and prompt chunks run eagerly.
   // A verification of k drafts leaves its GDN states after each of its first k rows in a trail (StateTrail); when
   // the slot's next entry says how many rows were kept, one swap of slots with the trail takes the state back to the
   // last of them (Qwen3NextModel::rewind). A slot's trail keeps the k state slots of its largest verification for as
@@ -41,6 +44,8 @@ class ModelRunner final : public Runner {
   // once warmed up (the graphs' sinks: a recurrent state slot and a KV page each).
   int64_t largest_graph_bucket() const { return graphs_.largest_bucket(); }
   int64_t sink_sequences() const { return graphs_.sinks_needed(); }
+  // Verifications of drafts that ran as a recorded graph so far (StepGraphs::verify).
+  int64_t verifications_replayed() const { return graphs_.verifications_replayed(); }
   RunnerOutput forward(const std::vector<RunnerEntry>& batch) override;
   void release(int32_t slot) override;
   bool keeps_prefixes() const override { return cache_.has_value(); }

@@ -22,22 +22,27 @@ StepGraphs::StepGraphs(const Qwen3NextModel& model, StepGraphOptions options)
               "step graph buckets must be positive and ascending");
 }
 
-std::pair<int64_t, int64_t> StepGraphs::shape_of(const std::vector<SequenceInput>& batch) const {
-  if (!options_.enabled || !recordable_ || options_.buckets.empty() || model_.routing_trace_set()) return {0, 0};
+StepGraphs::Shape StepGraphs::shape_of(const std::vector<SequenceInput>& batch, bool verify, StepHidden hidden) const {
+  if (!options_.enabled || !recordable_ || options_.buckets.empty() || model_.routing_trace_set()) return {};
   const auto bucket =
       std::lower_bound(options_.buckets.begin(), options_.buckets.end(), static_cast<int64_t>(batch.size()));
-  if (batch.empty() || bucket == options_.buckets.end()) return {0, 0};
-  // Every sequence brings one token, and the pool holds every page the step adds without growing (a recording may
-  // not reallocate the pool it reads).
+  if (batch.empty() || bucket == options_.buckets.end()) return {};
+  // Every sequence brings the same number of tokens (one in a decode step), a verification's each with a trail that
+  // already holds a slot for every state it keeps (a recording may not take one: taking one zeroes it), and the pool
+  // holds every page the step adds without growing (a recording may not reallocate the pool it reads).
+  const auto tokens = static_cast<int64_t>(batch.front().ids.size());
+  if (verify ? tokens < 2 : tokens != 1) return {};
   int64_t most_pages = 1, new_pages = 0;
   for (const SequenceInput& in : batch) {
-    if (in.ids.size() != 1 || !in.state) return {0, 0};
-    const int64_t pages = kv_pages_for(in.state->position + 1);
+    if (static_cast<int64_t>(in.ids.size()) != tokens || !in.state || (in.trail != nullptr) != verify) return {};
+    if (verify && static_cast<int64_t>(in.trail->slots.size()) < tokens - 1) return {};
+    const int64_t pages = kv_pages_for(in.state->position + tokens);
     most_pages = std::max(most_pages, pages);
     new_pages += std::max<int64_t>(0, pages - static_cast<int64_t>(in.state->kv_pages.ids().size()));
   }
-  if (new_pages > model_.kv_pool().free_pages()) return {0, 0};
-  return {*bucket, std::max(kMinPageStride, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(most_pages))))};
+  if (new_pages > model_.kv_pool().free_pages()) return {};
+  return {*bucket, tokens,
+          std::max(kMinPageStride, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(most_pages)))), hidden};
 }
 
 int64_t StepGraphs::sinks_needed() const {
@@ -66,17 +71,37 @@ void StepGraphs::warm_up() {
   }
 }
 
-StepOutput StepGraphs::forward(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws) {
+StepOutput StepGraphs::forward(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws,
+                               StepHidden hidden) {
   PLUMB_CHECK(draws.empty() || draws.size() == batch.size(), "a step of {} sequences got {} draws", batch.size(),
               draws.size());
+  return run(batch, draws, false, hidden);
+}
+
+StepOutput StepGraphs::verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws) {
+  size_t rows = 0;
+  for (const SequenceInput& in : batch) {
+    PLUMB_CHECK(in.trail, "a verification keeps every sequence's states in its trail");
+    rows += in.ids.size();
+  }
+  PLUMB_CHECK(draws.empty() || draws.size() == rows, "a verification of {} tokens got {} draws", rows, draws.size());
+  return run(batch, draws, true, StepHidden::kEveryToken);
+}
+
+StepOutput StepGraphs::run(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws, bool verify,
+                           StepHidden hidden) {
   Backend& backend = model_.backend();
-  const auto real = static_cast<int64_t>(batch.size());
-  const auto [bucket, stride] = shape_of(batch);
+  const LogitsRows logits_rows = verify ? LogitsRows::kAll : LogitsRows::kLast;
+  // A lone token's arithmetic is the same under both rules; a verification's tokens take a decode step's.
+  const GdnAlgorithm rule = verify ? GdnAlgorithm::kRecurrent : GdnAlgorithm::kChunked;
+  const bool keep_hidden = hidden == StepHidden::kEveryToken;
+  const Shape shape = shape_of(batch, verify, hidden);
   last_replayed_ = false;
-  if (bucket == 0) {
-    StepOutput out{model_.forward(batch, LogitsRows::kLast), {}};
+  if (shape.bucket == 0) {
+    StepOutput out;
+    out.logits = model_.forward(batch, logits_rows, rule, keep_hidden ? &out.hidden : nullptr);
     if (!draws.empty()) {
-      out.ids = backend.empty(DType::kI32, {real});
+      out.ids = backend.empty(DType::kI32, {out.logits.dim(0)});
       backend.sample_tokens(out.logits, draws, out.ids);
     }
     return out;
@@ -85,44 +110,59 @@ StepOutput StepGraphs::forward(const std::vector<SequenceInput>& batch, const st
   // Allowed tokens would add a table to the step and change its layout from the recording's.
   PLUMB_CHECK(std::none_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.allowed != nullptr; }),
               "a step of a graph's shape draws without allowed tokens: draw constrained rows after it");
-  // Sinks: sequences of their own at position 0, one page each, taking token 0 in the rows past the batch.
-  while (static_cast<int64_t>(sinks_.size()) < bucket - real) sinks_.push_back(model_.new_sequence(1));
+  // Sinks: sequences of their own at position 0, one page each, taking token 0 in the rows past the batch; in a
+  // verification each with a trail whose slots are taken now, outside any recording.
+  const int64_t real = static_cast<int64_t>(batch.size()), sinks = shape.bucket - real, T = shape.tokens;
+  while (static_cast<int64_t>(sinks_.size()) < sinks) sinks_.push_back(model_.new_sequence(1));
+  if (verify) {
+    if (static_cast<int64_t>(sink_trails_.size()) < sinks) sink_trails_.resize(static_cast<size_t>(sinks));
+    for (int64_t i = 0; i < sinks; ++i) model_.reserve_trail(sink_trails_[static_cast<size_t>(i)], T - 1);
+  }
   std::vector<SequenceInput> rows = batch;
-  for (int64_t i = real; i < bucket; ++i) rows.push_back({&sinks_[static_cast<size_t>(i - real)], {0}});
+  for (int64_t i = 0; i < sinks; ++i)
+    rows.push_back({&sinks_[static_cast<size_t>(i)], std::vector<int32_t>(static_cast<size_t>(T), 0),
+                    verify ? &sink_trails_[static_cast<size_t>(i)] : nullptr});
 
   // A recording always draws, so one recording serves steps with and without draws: rows without one (and the
   // sinks) draw greedily, and a step given no draws drops the ids.
+  const int64_t logits_per_sequence = verify ? T : 1;
   std::vector<TokenDraw> row_draws = draws;
-  row_draws.resize(static_cast<size_t>(bucket));
-  StepOutput out;  // [bucket] rows
+  row_draws.resize(static_cast<size_t>(shape.bucket * logits_per_sequence));
+  StepOutput out;  // [bucket] sequences' rows
   const auto step = [&] {
-    out.logits = model_.forward(rows, LogitsRows::kLast);
-    out.ids = backend.empty(DType::kI32, {bucket});
+    out.logits = model_.forward(rows, logits_rows, rule, keep_hidden ? &out.hidden : nullptr);
+    out.ids = backend.empty(DType::kI32, {out.logits.dim(0)});
     backend.sample_tokens(out.logits, row_draws, out.ids);
   };
-  auto& graph = graphs_[{bucket, stride}];
+  auto& graph = graphs_[shape];
   if (graph) {
     backend.replay_step(*graph, step);
-  } else if (warmed_.insert({bucket, stride}).second) {
+  } else if (warmed_.insert(shape).second) {
     // A shape's first step runs eagerly: its kernels' one-time set-up (shared-memory limits) happens outside the
     // recording.
-    graphs_.erase({bucket, stride});
+    graphs_.erase(shape);
     step();
   } else {
-    graph = backend.record_step(stride, step);
+    graph = backend.record_step(shape.stride, step);
     if (!graph) {
-      graphs_.erase({bucket, stride});
+      graphs_.erase(shape);
       recordable_ = false;
     }
   }
-  // The sinks go back to position 0, so their one page always holds them.
-  for (int64_t i = real; i < bucket; ++i) sinks_[static_cast<size_t>(i - real)].position = 0;
-  const auto recorded = graphs_.find({bucket, stride});
+  // The sinks go back to position 0, so their one page always holds them, and keep no state of a verification.
+  for (int64_t i = 0; i < sinks; ++i) {
+    sinks_[static_cast<size_t>(i)].position = 0;
+    if (verify) sink_trails_[static_cast<size_t>(i)].count = 0;
+  }
+  const auto recorded = graphs_.find(shape);
   if (recorded != graphs_.end()) {
     last_kernels_ = recorded->second->kernels();
     last_replayed_ = true;
+    verifications_replayed_ += verify ? 1 : 0;
   }
-  return StepOutput{out.logits.rows(0, real), draws.empty() ? Tensor() : out.ids.rows(0, real)};
+  const int64_t real_rows = real * logits_per_sequence;
+  return StepOutput{out.logits.rows(0, real_rows), draws.empty() ? Tensor() : out.ids.rows(0, real_rows),
+                    keep_hidden ? out.hidden.rows(0, real * T) : Tensor()};
 }
 
 }  // namespace plumb

@@ -167,6 +167,10 @@ std::vector<std::string> served_speculation_mismatches(const Qwen3NextModel& mod
       if (wrong_every == 3 && all.accepted == 0) out.push_back(run + ": no right draft kept");
       if (wrong_every == 0 && k > 1 && steps >= plain_steps)
         out.push_back(run + fmt::format(": {} steps, as many as plain decoding's {}", steps, plain_steps));
+      // A backend that records steps replays verifications of a shape seen before (StepGraphs::verify): the tokens
+      // compared above then came from replayed graphs too.
+      if (model.backend().device() != Device::kCpu && runner.verifications_replayed() == 0)
+        out.push_back(run + ": no verification ran as a recorded graph");
     }
   }
   if (model.has_mtp()) {
