@@ -127,7 +127,7 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
         "free after the weights ({}); lower --max-batch",
         o.device, o.max_batch, static_cast<double>(after_weights.free_bytes) / kGiB, e.what());
   }
-  PLUMB_CHECK(states.capacity() == o.max_batch + sinks &&
+  PLUMB_CHECK(states.capacity() == o.max_batch + o.trail_slots + sinks &&
                   kv.capacity() == sinks + std::max(largest_bucket, kv_pages_for(o.step_tokens)),
               "plumb serve: the warm-up grew the state pool to {} slots and the KV pool to {} pages", states.capacity(),
               kv.capacity());

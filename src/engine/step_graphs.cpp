@@ -27,6 +27,9 @@ StepGraphs::Shape StepGraphs::shape_of(const std::vector<SequenceInput>& batch, 
   const auto bucket =
       std::lower_bound(options_.buckets.begin(), options_.buckets.end(), static_cast<int64_t>(batch.size()));
   if (batch.empty() || bucket == options_.buckets.end()) return {};
+  // A verification records only at a bucket's own size: a sink would need a trail of its own, state slots (tens of
+  // MB each on the real shapes) taken for rows whose results are dropped.
+  if (verify && *bucket != static_cast<int64_t>(batch.size())) return {};
   // Every sequence brings the same number of tokens (one in a decode step), a verification's each with a trail that
   // already holds a slot for every state it keeps (a recording may not take one: taking one zeroes it), and the pool
   // holds every page the step adds without growing (a recording may not reallocate the pool it reads).
@@ -110,18 +113,12 @@ StepOutput StepGraphs::run(const std::vector<SequenceInput>& batch, const std::v
   // Allowed tokens would add a table to the step and change its layout from the recording's.
   PLUMB_CHECK(std::none_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.allowed != nullptr; }),
               "a step of a graph's shape draws without allowed tokens: draw constrained rows after it");
-  // Sinks: sequences of their own at position 0, one page each, taking token 0 in the rows past the batch; in a
-  // verification each with a trail whose slots are taken now, outside any recording.
+  // Sinks (decode steps only): sequences of their own at position 0, one page each, taking token 0 in the rows past
+  // the batch.
   const int64_t real = static_cast<int64_t>(batch.size()), sinks = shape.bucket - real, T = shape.tokens;
   while (static_cast<int64_t>(sinks_.size()) < sinks) sinks_.push_back(model_.new_sequence(1));
-  if (verify) {
-    if (static_cast<int64_t>(sink_trails_.size()) < sinks) sink_trails_.resize(static_cast<size_t>(sinks));
-    for (int64_t i = 0; i < sinks; ++i) model_.reserve_trail(sink_trails_[static_cast<size_t>(i)], T - 1);
-  }
   std::vector<SequenceInput> rows = batch;
-  for (int64_t i = 0; i < sinks; ++i)
-    rows.push_back({&sinks_[static_cast<size_t>(i)], std::vector<int32_t>(static_cast<size_t>(T), 0),
-                    verify ? &sink_trails_[static_cast<size_t>(i)] : nullptr});
+  for (int64_t i = 0; i < sinks; ++i) rows.push_back({&sinks_[static_cast<size_t>(i)], {0}});
 
   // A recording always draws, so one recording serves steps with and without draws: rows without one (and the
   // sinks) draw greedily, and a step given no draws drops the ids.
@@ -149,11 +146,8 @@ StepOutput StepGraphs::run(const std::vector<SequenceInput>& batch, const std::v
       recordable_ = false;
     }
   }
-  // The sinks go back to position 0, so their one page always holds them, and keep no state of a verification.
-  for (int64_t i = 0; i < sinks; ++i) {
-    sinks_[static_cast<size_t>(i)].position = 0;
-    if (verify) sink_trails_[static_cast<size_t>(i)].count = 0;
-  }
+  // The sinks go back to position 0, so their one page always holds them.
+  for (int64_t i = 0; i < sinks; ++i) sinks_[static_cast<size_t>(i)].position = 0;
   const auto recorded = graphs_.find(shape);
   if (recorded != graphs_.end()) {
     last_kernels_ = recorded->second->kernels();

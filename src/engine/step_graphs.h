@@ -2,10 +2,11 @@
 // page-table stride, whether hidden states are kept), made on first use and replayed after. Two kinds of step
 // record: a decode step, in which every sequence brings one token, and a verification of speculative drafts, in
 // which every sequence brings the same number of tokens under the decode rule with a trail of its GDN states (see
-// engine/speculative.h). A batch of B sequences runs as the smallest bucket that holds B, its rows past B taken by
-// sink sequences whose results are dropped: a row's results depend on its own inputs and state alone, so the sinks
-// change no bit of the others, and a replay computes what the eager pass would. Any other batch, and every batch on
-// a backend that records nothing (the CPU), runs as the eager forward pass. A recorded step ends with every row's
+// engine/speculative.h). A decode step of B sequences runs as the smallest bucket that holds B, its rows past B
+// taken by sink sequences whose results are dropped: a row's results depend on its own inputs and state alone, so the
+// sinks change no bit of the others, and a replay computes what the eager pass would. A verification records only
+// when B is a bucket (a sink there would need trail state slots of its own). Any other batch, and every batch on a
+// backend that records nothing (the CPU), runs as the eager forward pass. A recorded step ends with every row's
 // token draw (Backend::sample_tokens), so a replay hands back ids without the logits having to leave the device.
 #pragma once
 
@@ -47,8 +48,9 @@ class StepGraphs {
                      StepHidden hidden = StepHidden::kNone);
   Tensor forward(const std::vector<SequenceInput>& batch) { return forward(batch, {}).logits; }
   // A verification of speculative drafts: model.forward(batch, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &hidden)
-  // with every sequence's trail, replayed from a recording where the batch allows (every sequence brings the same
-  // number of tokens, two or more, and its trail already holds a slot for each state it keeps), then each row's
+  // with every sequence's trail, replayed from a recording where the batch allows (as many sequences as a bucket,
+  // each bringing the same number of tokens, two or more, and its trail already holding a slot for each state it
+  // keeps), then each row's
   // token drawn from its logits (draws [Σ T], or none). Returns every row's logits, draw and final hidden state.
   StepOutput verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws);
 
@@ -91,7 +93,6 @@ class StepGraphs {
   std::map<Shape, std::unique_ptr<StepGraph>> graphs_;  // by the shape recorded
   std::set<Shape> warmed_;                              // shapes that ran once, eagerly
   std::vector<SequenceState> sinks_;                    // [largest bucket]
-  std::vector<StateTrail> sink_trails_;                 // [sinks]: the sinks' trails in a verification
   int64_t last_kernels_ = 0;
   bool last_replayed_ = false;
   int64_t verifications_replayed_ = 0;

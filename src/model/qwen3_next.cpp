@@ -68,10 +68,6 @@ void Qwen3NextModel::rewind(SequenceState& state, StateTrail& trail, int64_t pos
   trail.count = 0;
 }
 
-void Qwen3NextModel::reserve_trail(StateTrail& trail, int64_t states) const {
-  while (static_cast<int64_t>(trail.slots.size()) < states) trail.slots.emplace_back(recurrent_pool_);
-}
-
 struct Qwen3NextModel::TrailViews {
   std::vector<std::vector<Tensor>> conv, recurrent;        // [layers][trail states of the batch]: views of trail slots
   std::vector<StateTrails> conv_trails, recurrent_trails;  // [layers]: pointers to them, per sequence and token
@@ -88,7 +84,7 @@ Qwen3NextModel::TrailViews Qwen3NextModel::trail_views(const std::vector<Sequenc
     const size_t wanted = in.ids.size() - 1;
     for (const RecurrentSlot& slot : trail.slots)
       PLUMB_CHECK(slot.pool() == recurrent_pool_, "forward: a trail of another model's slots");
-    reserve_trail(trail, static_cast<int64_t>(wanted));
+    while (trail.slots.size() < wanted) trail.slots.emplace_back(recurrent_pool_);
     trail.from = in.state->position;
     trail.count = static_cast<int64_t>(wanted);
     states += wanted;

@@ -122,9 +122,6 @@ class Qwen3NextModel {
   // trail, and the positions past it are dropped (their keys and values stay in the sequence's pages, unread, until
   // written again). The trail then holds no state.
   void rewind(SequenceState& state, StateTrail& trail, int64_t position) const;
-  // Gives `trail` slots of the recurrent state pool until it holds at least `states` (a call that keeps T tokens'
-  // states wants T - 1), each taken zeroed: what a recorded verification needs done before it is recorded.
-  void reserve_trail(StateTrail& trail, int64_t states) const;
 
   // Whether the multi-token-prediction head was loaded (LoadOptions::mtp).
   bool has_mtp() const { return weights_.mtp.has_value(); }
