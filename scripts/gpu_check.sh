@@ -30,7 +30,8 @@
 #           Qwen3.5-35B-A3B
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
 #           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated; greedy, then sampled at 1 and 64 with
-#           the draw on the GPU and, through min_p, on the host), then bench/server/determinism.py: 1000
+#           the draw on the GPU and, through min_p, on the host), the same served with --speculative-tokens 3 at 1 and
+#           16 (--max-batch 16), then bench/server/determinism.py: 1000
 #           greedy completions of one prompt under mixed load through plumb serve --device cuda --model models/default
 # multiturn bench/server/multiturn.py: 10-turn chats over a 2K system prompt (200 new tokens and a 200-token answer a
 #           turn, the next turn 1 s after an answer) at 1 and 16 sessions, with the prefix cache (answers re-run
@@ -226,6 +227,13 @@ if want serve; then
       -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 2>&1 | tee "$out/serve_load_sampled_$drawn.md"
     [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
   done
+  # Speculative decoding served (the random head's drafts are almost never kept: a check that a drafting server
+  # starts, reserves its verifications' trail slots and answers under load, not a speed figure).
+  timeout 150 python3 bench/server/load.py --plumb "$plumb" --concurrency 1,16 --requests 4,32 --prompt-tokens 512 \
+    --max-tokens 32 --json "$out/serve_load_speculative.json" \
+    -- --device cuda --synthetic qwen3.5-35b-a3b --max-batch 16 --speculative-tokens 3 2>&1 |
+    tee "$out/serve_load_speculative.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || ok=FAIL
   timeout 170 python3 bench/server/determinism.py --plumb "$plumb" -n 1000 --concurrency 32 \
     --json "$out/serve_determinism.json" --server-log "$out/serve_determinism_server.log" \
     -- --device cuda --model models/default --max-batch 32 2>&1 | tee "$out/serve_determinism.log"
