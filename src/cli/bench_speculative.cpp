@@ -1,28 +1,50 @@
 #include "cli/bench_speculative.h"
 
 #include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/model_runner.h"
 
 namespace plumb::cli::bench {
+namespace {
 
-void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCounts& counts, int64_t B, int64_t k,
-                       double acceptance) {
+// Proposes ids from a stream and runs nothing on the device: a step with it is its verification alone, so that the
+// head's part of a drafting step is the difference.
+class GivenDrafter final : public Drafter {
+ public:
+  explicit GivenDrafter(TokenStream tokens) : tokens_(tokens) {}
+  std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override {
+    std::vector<std::vector<int32_t>> drafts;
+    for (const DraftRequest& r : batch) drafts.push_back(tokens_.take(r.count));
+    return drafts;
+  }
+
+ private:
+  TokenStream tokens_;
+};
+
+// What the timed steps of one drafting runner did.
+struct Steps {
+  std::vector<double> samples;  // each timed step's seconds
+  int64_t drafted = 0, kept = 0, verify_steps = 0, verifications_replayed = 0;
+};
+
+// B sequences of a.context prompt tokens through a runner drafting with `drafter`, then a.warmup + a.steps decode
+// steps of k drafts a sequence, each keeping a number of rows whose running mean is `acceptance`.
+Steps drafting_steps(Context& ctx, const Qwen3NextModel& model, int64_t B, int64_t k, double acceptance,
+                     std::unique_ptr<Drafter> drafter) {
   const BenchArgs& a = ctx.args;
   Backend& be = ctx.be;
-  PLUMB_CHECK(acceptance >= 1.0 && acceptance <= static_cast<double>(k + 1),
-              "--acceptance-length {} is not in [1, {}] for {} speculative tokens", acceptance, k + 1, k);
   TokenStream tokens(ctx.config.vocab_size, a.seed + static_cast<uint64_t>(B));
   const int64_t steps = a.warmup + a.steps;
-  const int64_t capacity = a.context + (steps + 1) * (k + 1);
-  model.kv_pool().reserve(model.kv_pool().used_pages() + B * ((capacity + kKvPageSize - 1) / kKvPageSize + 1));
-  // A slot a sequence and k more for its trail (the states its verification keeps).
-  model.recurrent_pool().reserve(model.recurrent_pool().used_slots() + (1 + k) * B);
   // Verifications replay a graph recorded for (B, k + 1 tokens a sequence) unless --no-graphs; the head's draft
   // steps run eagerly.
   ModelRunner runner(model, static_cast<int32_t>(B), StepGraphOptions{!a.no_graphs, {B}});
-  runner.enable_drafting(std::make_unique<MtpDrafter>(model));
+  runner.enable_drafting(std::move(drafter));
   // Every sequence's prompt in one call; the draw of its last row is its first token.
   const bool draws = runner.draws_tokens();
   std::vector<RunnerEntry> batch;
@@ -46,8 +68,7 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
   }
   // Rows kept a step: floor(acceptance) or one more, spread so that their running mean stays at `acceptance`.
   double owed = 0.0;
-  std::vector<double> samples;
-  int64_t drafted = 0, kept_total = 0, verify_steps = 0;
+  Steps timed;
   for (int64_t step = 0; step < steps; ++step) {
     batch.clear();
     for (int64_t s = 0; s < B; ++s) {
@@ -59,7 +80,7 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
     const auto start = Clock::now();
     const RunnerOutput out = runner.forward(batch);
     be.synchronize();
-    if (step >= a.warmup) samples.push_back(seconds_since(start));
+    if (step >= a.warmup) timed.samples.push_back(seconds_since(start));
     std::vector<int64_t> rows_before(static_cast<size_t>(B)), kept(static_cast<size_t>(B));
     int64_t row = 0;
     owed += acceptance;
@@ -72,15 +93,36 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
       kept[s] = std::min(this_step, ran);
       position[s] += kept[s];
       if (step >= a.warmup) {
-        drafted += ran - 1;
-        kept_total += kept[s];
-        verify_steps += ran > 1 ? 1 : 0;
+        timed.drafted += ran - 1;
+        timed.kept += kept[s];
+        timed.verify_steps += ran > 1 ? 1 : 0;
       }
     }
     take_next(out, rows_before, kept);
   }
-  const double s = median(samples);
-  const double tokens_per_step = static_cast<double>(kept_total) / static_cast<double>(a.steps * B);
+  timed.verifications_replayed = runner.verifications_replayed();
+  return timed;
+}
+
+}  // namespace
+
+void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCounts& counts, int64_t B, int64_t k,
+                       double acceptance) {
+  const BenchArgs& a = ctx.args;
+  Backend& be = ctx.be;
+  PLUMB_CHECK(acceptance >= 1.0 && acceptance <= static_cast<double>(k + 1),
+              "--acceptance-length {} is not in [1, {}] for {} speculative tokens", acceptance, k + 1, k);
+  const int64_t steps = a.warmup + a.steps;
+  const int64_t capacity = a.context + (steps + 1) * (k + 1);
+  model.kv_pool().reserve(model.kv_pool().used_pages() + B * ((capacity + kKvPageSize - 1) / kKvPageSize + 1));
+  // A slot a sequence and k more for its trail (the states its verification keeps); one runner at a time holds them.
+  model.recurrent_pool().reserve(model.recurrent_pool().used_slots() + (1 + k) * B);
+  const Steps drafting = drafting_steps(ctx, model, B, k, acceptance, std::make_unique<MtpDrafter>(model));
+  // The same steps with drafts given: the verification alone (and the rollback), the head's part being the rest.
+  const Steps given = drafting_steps(ctx, model, B, k, acceptance,
+                                     std::make_unique<GivenDrafter>(TokenStream(ctx.config.vocab_size, a.seed + 7)));
+  const double s = median(drafting.samples), verify = median(given.samples);
+  const double tokens_per_step = static_cast<double>(drafting.kept) / static_cast<double>(a.steps * B);
   const double tok_per_s = static_cast<double>(B) * tokens_per_step / s;
   // The plain decode of the same batch in this run, if it was timed (steps with a synchronization after each).
   std::optional<double> plain;
@@ -91,10 +133,13 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
   const StepBytes bytes = decode_step_bytes(ctx.config, counts, be.kv_dtype(), B, positions);
   const double floor = bytes.total() / ctx.copy_bandwidth;
   const double per_plain_step = s / tokens_per_step;  // the time B tokens take
-  ctx.rows.push_back({"speculative step", fmt::format("B={}, k={}, accept {:.2f}", B, k, acceptance), human_time(s),
+  const std::string what = fmt::format("B={}, k={}, accept {:.2f}", B, k, acceptance);
+  ctx.rows.push_back({"speculative step", what, human_time(s),
                       fmt::format("{:.1f} tok/s{}", tok_per_s,
                                   plain ? fmt::format(", {:.2f}x plain decode", tok_per_s / *plain) : std::string()),
                       human_bytes(bytes.total()), human_time(floor), percent(floor / per_plain_step)});
+  ctx.rows.push_back({"  verification", what, human_time(verify),
+                      fmt::format("drafts given; the head's part: {}", human_time(s - verify)), "", "", ""});
   ctx.out["speculative"].push_back({{"batch", B},
                                     {"speculative_tokens", k},
                                     {"acceptance_length", acceptance},
@@ -103,12 +148,15 @@ void bench_speculative(Context& ctx, const Qwen3NextModel& model, const WeightCo
                                     {"tokens_per_s", tok_per_s},
                                     {"plain_tokens_per_s", plain ? json(*plain) : json(nullptr)},
                                     {"speedup", plain ? json(tok_per_s / *plain) : json(nullptr)},
-                                    {"drafted", drafted},
-                                    {"verify_steps", verify_steps},
-                                    {"verifications_replayed", runner.verifications_replayed()},
+                                    {"drafted", drafting.drafted},
+                                    {"verify_steps", drafting.verify_steps},
+                                    {"verifications_replayed", drafting.verifications_replayed},
+                                    {"verification_s_median", verify},
+                                    {"drafting_s", s - verify},
+                                    {"verification_samples_s", given.samples},
                                     {"plain_floor_s", floor},
                                     {"fraction_of_floor", floor / per_plain_step},
-                                    {"samples_s", samples}});
+                                    {"samples_s", drafting.samples}});
 }
 
 }  // namespace plumb::cli::bench

@@ -296,7 +296,8 @@ void run_bench(const BenchArgs& a) {
         "speculative step: a step of a drafting runner as plumb serve runs it (MTP head drafts, one verifying call, "
         "the rollback of rows not kept by a swap of state slots), verifications replayed from a graph (unless "
         "--no-graphs), the head's steps eager, synchronized; the kept rows are set to the acceptance length; "
-        "tok/s = B * tokens kept a step / step; of floor = a plain step's floor / (step / tokens kept a step).\n");
+        "tok/s = B * tokens kept a step / step; of floor = a plain step's floor / (step / tokens kept a step); "
+        "verification: the same steps with drafts given (no head on the device), the head's drafts the rest.\n");
   write_json(a.json_path, out);
 }
 
