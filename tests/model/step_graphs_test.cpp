@@ -53,5 +53,51 @@ TEST(StepGraphs, EagerOnTheCpuAndPaddingChangesNoBit) {
     EXPECT_EQ(state_hashes(model, padded[i]), state_hashes(model, plain[i])) << "sequence " << i;
 }
 
+// A verification through StepGraphs (eager on the CPU) is the forward pass under the decode rule with every row's
+// logits and hidden state: the same logits, draws, hidden states and trail states, and a rewind to any kept row
+// gives the state of the twin rewound the same way.
+TEST(StepGraphs, AVerificationIsTheForwardPassWithTrails) {
+  CpuBackend backend;
+  const Qwen3NextModel model = open_model(test::fixtures_dir() + "/models/qwen3_next_moe", backend);
+  StepGraphs graphs(model, {true, {4}});
+  std::vector<SequenceState> plain, graphed;
+  std::vector<StateTrail> plain_trails(3), graphed_trails(3);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t> prompt{1 + i, 2, 3 + 2 * i, 4};
+    plain.push_back(model.new_sequence());
+    graphed.push_back(model.new_sequence());
+    model.forward(plain.back(), prompt, LogitsRows::kLast);
+    model.forward(graphed.back(), prompt, LogitsRows::kLast);
+  }
+  std::vector<SequenceInput> a, b;
+  std::vector<TokenDraw> draws;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::vector<int32_t> ids{static_cast<int32_t>(5 + i), 7, 11};  // a token and two drafts
+    a.push_back({&plain[i], ids, &plain_trails[i]});
+    b.push_back({&graphed[i], ids, &graphed_trails[i]});
+    for (uint64_t r = 0; r < 3; ++r) draws.push_back({0.9f, 0, 0.8f, 7, r});
+  }
+  Tensor want_hidden;
+  const Tensor want = model.forward(a, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &want_hidden);  // [9, V]
+  const StepOutput got = graphs.verify(b, draws);
+  EXPECT_FALSE(graphs.last_replayed()) << "the CPU backend records nothing";
+  EXPECT_EQ(graphs.verifications_replayed(), 0);
+  ASSERT_EQ(got.logits.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(got.logits.data(), want.data(), want.nbytes()), 0) << "logits differ";
+  ASSERT_EQ(got.hidden.shape(), want_hidden.shape());
+  EXPECT_EQ(std::memcmp(got.hidden.data(), want_hidden.data(), want_hidden.nbytes()), 0) << "hidden states differ";
+  Tensor want_ids = backend.empty(DType::kI32, {9});
+  backend.sample_tokens(want, draws, want_ids);
+  ASSERT_EQ(got.ids.shape(), want_ids.shape());
+  EXPECT_EQ(std::memcmp(got.ids.data(), want_ids.data(), want_ids.nbytes()), 0) << "draws differ";
+  // Sequence i keeps i + 1 of its three rows.
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t keep = plain[i].position - 2 + static_cast<int64_t>(i);
+    model.rewind(plain[i], plain_trails[i], keep);
+    model.rewind(graphed[i], graphed_trails[i], keep);
+    EXPECT_EQ(state_hashes(model, graphed[i]), state_hashes(model, plain[i])) << "sequence " << i;
+  }
+}
+
 }  // namespace
 }  // namespace plumb
