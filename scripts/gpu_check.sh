@@ -20,7 +20,8 @@
 # bench     plumb bench --device cuda --synthetic (decode and prefill) and plumb_kernel_bench (bench/kernels: the main
 #           kernels one at a time, CUDA-event timed) for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # speculative  plumb bench --speculative-tokens 1,2,3,4 --batches 1,16,64 (35B shapes): a drafting runner's steps at
-#           the acceptance length 3.39 (capped at K + 1) beside the plain decode step of the same run
+#           the acceptance length 3.39 (capped at K + 1), each with its verification alone (drafts given by the
+#           host), beside the plain decode step of the same run
 # constrained  plumb bench --constrained .cache/qwen3-tokenizer --batches 1,64 (35B shapes): a serving runner's decode
 #           steps with every row's draw kept to a JSON object grammar over Qwen3's vocabulary (the masks made on the
 #           host while the GPU runs the step), beside its unconstrained steps. The tokenizer folder (11 MB) does not

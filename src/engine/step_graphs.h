@@ -50,8 +50,8 @@ class StepGraphs {
   // A verification of speculative drafts: model.forward(batch, LogitsRows::kAll, GdnAlgorithm::kRecurrent, &hidden)
   // with every sequence's trail, replayed from a recording where the batch allows (as many sequences as a bucket,
   // each bringing the same number of tokens, two or more, and its trail already holding a slot for each state it
-  // keeps), then each row's
-  // token drawn from its logits (draws [Σ T], or none). Returns every row's logits, draw and final hidden state.
+  // keeps), then each row's token drawn from its logits (draws [Σ T], or none). Returns every row's logits, draw and
+  // final hidden state.
   StepOutput verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws);
 
   // Makes what serving would otherwise make on first use: the sinks (sinks_needed() of them) and each bucket's
