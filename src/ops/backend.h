@@ -204,6 +204,10 @@ class Backend {
 
   // out[t, :] = table[ids[t], :]. table [V, H]; out [T, H].
   virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
+  // The same with the ids in this backend's memory (ids [T] I32), such as a previous step's draws: a step can follow
+  // another without its ids visiting the host. An id outside [0, V) is an error where the backend can see it (the
+  // CPU); the GPU, which cannot report from a kernel, fills that row with NaN, which every later op carries.
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   // y[t, n] = Σ_k x[t, k] · w[n, k]. x [T, K]; w [N, K]; y [T, N]. Row t of y depends on row t of x alone, in an
   // order that does not depend on T.
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;

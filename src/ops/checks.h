@@ -24,6 +24,14 @@ inline void copy_block_scales(Backend& backend, const Tensor& src, Tensor& dst) 
   backend.copy(*src.block_scales(), dst_scales);
 }
 
+// The token ids of `ids` (I32 [tokens] in host memory) as a vector, for an op that reads them on the host.
+inline std::vector<int32_t> host_token_ids(const Tensor& ids, const char* op) {
+  PLUMB_CHECK(ids.dtype() == DType::kI32 && ids.rank() == 1, "{}: ids are {} {}, expected I32 [tokens]", op,
+              dtype_name(ids.dtype()), shape_str(ids.shape()));
+  const int32_t* first = ids.data_as<const int32_t>();
+  return std::vector<int32_t>(first, first + ids.numel());
+}
+
 // Checks a tensor's shape, naming the op and the argument.
 inline void expect_shape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
   PLUMB_CHECK(t.shape() == shape, "{}: {} has shape {}, expected {}", op, arg, shape_str(t.shape()), shape_str(shape));

@@ -39,6 +39,7 @@ class ForwardingBackend : public Backend {
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
     inner_.embedding(table, ids, out);
   }
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override { inner_.embedding(table, ids, out); }
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override { inner_.linear(x, w, y); }
   void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override {
     inner_.linear_parts(x, ws, ys);

@@ -4,6 +4,7 @@
 #include "parallel/rank_backend.h"
 
 #include "core/error.h"
+#include "ops/checks.h"
 
 namespace plumb::parallel {
 namespace {
@@ -96,6 +97,10 @@ void RankBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids
       for (int64_t h = 0; h < H; ++h) mine.f32()[static_cast<int64_t>(t) * H + h] = -0.0f;
   inner().copy(inner().upload(mine), out);
   collective_.all_reduce_sum(out);
+}
+
+void RankBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  embedding(table, host_token_ids(inner().download(ids), "embedding"), out);
 }
 
 void RankBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,

@@ -47,6 +47,8 @@ class RankBackend final : public ForwardingBackend {
     second();
   }
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
+  // The ids read on the host first, where the vocabulary split needs them (a split step waits for the device anyway).
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,

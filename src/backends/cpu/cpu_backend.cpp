@@ -119,6 +119,10 @@ void CpuBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids,
   }
 }
 
+void CpuBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  embedding(table, host_token_ids(ids, "embedding"), out);
+}
+
 void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
   expect_f32(x, "linear", "x");
   expect_f32(y, "linear", "y");

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override;
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;

@@ -316,6 +316,12 @@ Tensor CudaBackend::upload(const Tensor& host) {
     convert_to_f32(host.dtype(), host.data(), source.f32(), static_cast<size_t>(host.numel()));
   }
   Tensor t = empty(source.dtype(), source.shape());
+  // A small tensor (ids, a table) is queued through the pinned staging buffer without waiting, so that uploading it
+  // does not stall the host behind the device's queue (a drafting step plans its verification while the device
+  // drafts); a large one (a weight) is copied and waited for.
+  if (source.block_scales() == nullptr && source.nbytes() > 0 &&
+      staging_->copy_to_device(t.data(), source.data(), source.nbytes()))
+    return t;
   copy(source, t);
   return t;
 }

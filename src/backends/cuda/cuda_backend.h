@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   void random_uniform(Tensor& t, uint64_t seed, float lo, float hi) override;
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override;
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void linear_parts(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight kind, Tensor& y) override;
@@ -166,6 +167,8 @@ class CudaBackend final : public Backend {
   // bytes will have after the step's upload, and the step's serial number (0 outside steps).
   void* step_arena(size_t bytes);
   void* step_table(const void* host, size_t bytes);
+  // The embedding gather of `ids` ([out rows] device) from `table` into out, after the callers' checks.
+  void launch_embedding_rows(const Tensor& table, const int32_t* ids, Tensor& out);
 
  public:
   uint64_t step_serial() const;

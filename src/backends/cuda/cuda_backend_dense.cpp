@@ -91,27 +91,48 @@ void CudaBackend::copy_all(const std::vector<Tensor>& srcs, std::vector<Tensor>&
   flush();
 }
 
-void CudaBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) {
+namespace {
+
+// The table's vocabulary and width, after the checks both embedding overloads make.
+std::pair<int64_t, int64_t> embedding_table(const Tensor& table, const Tensor& out, int64_t tokens) {
   PLUMB_CHECK(table.device() == Device::kCuda, "embedding: table is not on the GPU");
   PLUMB_CHECK(table.dtype() == DType::kBF16 || table.dtype() == DType::kF32,
               "embedding: table is {}, expected BF16 or F32", dtype_name(table.dtype()));
   PLUMB_CHECK(table.rank() == 2, "embedding: table has shape {}, expected [vocab, hidden]", shape_str(table.shape()));
-  const int64_t vocab = table.dim(0), hidden = table.dim(1), T = static_cast<int64_t>(ids.size());
   expect_gpu(out, DType::kF32, "embedding", "out");
-  expect_shape(out, {T, hidden}, "embedding", "out");
+  expect_shape(out, {tokens, table.dim(1)}, "embedding", "out");
+  PLUMB_CHECK(tokens <= kInt32Max, "embedding: {} tokens are too many for one launch", tokens);
+  return {table.dim(0), table.dim(1)};
+}
+
+}  // namespace
+
+void CudaBackend::embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) {
+  const auto T = static_cast<int64_t>(ids.size());
+  const auto [vocab, hidden] = embedding_table(table, out, T);
   for (int32_t id : ids)
     PLUMB_CHECK(id >= 0 && id < vocab, "embedding: token id {} is out of range for vocabulary size {}", id, vocab);
-  PLUMB_CHECK(T <= kInt32Max, "embedding: {} tokens are too many for one launch", T);
   if (T == 0 || hidden == 0) return;
   const std::shared_ptr<void> device_ids = upload_vector(ids);
+  launch_embedding_rows(table, static_cast<const int32_t*>(device_ids.get()), out);
+}
+
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  expect_gpu(ids, DType::kI32, 1, "embedding", "ids");
+  const auto [vocab, hidden] = embedding_table(table, out, ids.dim(0));
+  if (ids.dim(0) == 0 || hidden == 0) return;
+  launch_embedding_rows(table, ids.data_as<const int32_t>(), out);
+}
+
+void CudaBackend::launch_embedding_rows(const Tensor& table, const int32_t* ids, Tensor& out) {
   cuda::EmbeddingParams params;
   params.table = table.data();
   params.table_bf16 = table.dtype() == DType::kBF16;
-  params.ids = static_cast<const int32_t*>(device_ids.get());
+  params.ids = ids;
   params.out = out.f32();
-  params.tokens = T;
-  params.hidden = hidden;
-  params.vocab = vocab;
+  params.tokens = out.dim(0);
+  params.hidden = table.dim(1);
+  params.vocab = table.dim(0);
   enqueue("embedding_kernel", [&] { cuda::launch_embedding(params, fault(), stream()); });
 }
 

@@ -362,5 +362,18 @@ TEST_F(CpuOps, EmbeddingRefusesOutOfRangeIds) {
   EXPECT_EQ(out.f32()[1], table.f32()[7]);
 }
 
+TEST_F(CpuOps, EmbeddingTakesIdsFromATensor) {
+  const Tensor table = test::random_tensor(rng_, {4, 3});
+  std::vector<int32_t> ids{3, 0, 3};
+  Tensor from_tensor = Tensor::zeros(DType::kF32, {3, 3}), from_host = Tensor::zeros(DType::kF32, {3, 3});
+  be_.embedding(table, Tensor(DType::kI32, {3}, Device::kCpu, ids.data(), nullptr), from_tensor);
+  be_.embedding(table, ids, from_host);
+  for (int64_t i = 0; i < 9; ++i) EXPECT_EQ(from_tensor.f32()[i], from_host.f32()[i]) << i;
+  ids[1] = 4;
+  EXPECT_THROW(be_.embedding(table, Tensor(DType::kI32, {3}, Device::kCpu, ids.data(), nullptr), from_tensor), Error);
+  const Tensor as_f32 = Tensor::zeros(DType::kF32, {3});
+  EXPECT_THROW(be_.embedding(table, as_f32, from_tensor), Error);
+}
+
 }  // namespace
 }  // namespace plumb

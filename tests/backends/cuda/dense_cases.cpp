@@ -47,15 +47,40 @@ void embedding_case(Context& c, DType dtype) {
     for (int32_t& i : ids) i = id(c.rng);
     ids.back() = static_cast<int32_t>(V - 1);  // the last row of the table
     ids.front() = 0;
-    auto run = [&](Backend& be, int64_t begin, int64_t end) {
-      const Tensor table = be.upload(stored).rows(0, V);
-      Tensor out = poisoned(be, DType::kF32, {end - begin, H});
-      be.embedding(table, std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), out);
-      return fetch_f32(be, out);
-    };
-    // A copy: exact, whatever the table's dtype.
-    judge_per_row(c, label("embedding", T, H) + " " + std::string(dtype_name(dtype)), T,
-                  std::vector<double>(static_cast<size_t>(T * H), 0.0), run);
+    // The ids from the host, or already in the backend's memory (a previous step's draws).
+    for (const bool ids_in_backend : {false, true}) {
+      auto run = [&](Backend& be, int64_t begin, int64_t end) {
+        const Tensor table = be.upload(stored).rows(0, V);
+        Tensor out = poisoned(be, DType::kF32, {end - begin, H});
+        std::vector<int32_t> part(ids.begin() + begin, ids.begin() + end);
+        if (ids_in_backend)
+          be.embedding(table, fresh(be, Tensor(DType::kI32, {end - begin}, Device::kCpu, part.data(), nullptr)), out);
+        else
+          be.embedding(table, part, out);
+        return fetch_f32(be, out);
+      };
+      // A copy: exact, whatever the table's dtype.
+      judge_per_row(c,
+                    label("embedding", T, H) + " " + std::string(dtype_name(dtype)) +
+                        (ids_in_backend ? " ids on the device" : ""),
+                    T, std::vector<double>(static_cast<size_t>(T * H), 0.0), run);
+    }
+  }
+  // Ids in device memory that lie outside the table, which the GPU cannot report: their rows are NaN, the others
+  // copied (the CPU, which can see them, refuses them).
+  std::vector<int32_t> bad{-1, static_cast<int32_t>(V), 5};
+  const Tensor table = c.gpu.upload(stored).rows(0, V);
+  Tensor out = poisoned(c.gpu, DType::kF32, {3, H});
+  c.gpu.embedding(table, fresh(c.gpu, Tensor(DType::kI32, {3}, Device::kCpu, bad.data(), nullptr)), out);
+  const Tensor got = fetch_f32(c.gpu, out);
+  for (int64_t i = 0; i < 2 * H; ++i)
+    if (!std::isnan(got.f32()[i])) c.verdict.fail("embedding: an id outside the table did not give a NaN row");
+  c.verdict.same_bits("embedding: the row after two ids outside the table", got.rows(2, 3), to_f32(stored).rows(5, 6));
+  Tensor cpu_out = Tensor::zeros(DType::kF32, {3, H});
+  try {
+    c.cpu.embedding(to_f32(stored).rows(0, V), Tensor(DType::kI32, {3}, Device::kCpu, bad.data(), nullptr), cpu_out);
+    c.verdict.fail("embedding: the CPU took ids outside the table");
+  } catch (const Error&) {
   }
 }
 

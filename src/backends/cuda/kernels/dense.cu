@@ -84,15 +84,20 @@ __device__ __forceinline__ void copy_row(const Element* src, float* dst, int64_t
 
 // ---- embedding -------------------------------------------------------------------------------------------------
 
-// Block t copies row ids[t] of the table into out[t], widening BF16 exactly.
+// Block t copies row ids[t] of the table into out[t], widening BF16 exactly. An id outside [0, vocab), which only
+// ids read from device memory can hold (the host checks its own), gives a row of NaN instead of a read past the table.
 template <typename Element, int kVec, KernelFault kFault>
 __global__ void __launch_bounds__(kThreads) embedding_kernel(EmbeddingParams p) {
   wait_for_prior_grid();
   const int64_t t = blockIdx.x;
   int64_t id = p.ids[t];
+  float* out = p.out + t * p.hidden;  // [hidden]
+  if (id < 0 || id >= p.vocab) {
+    for (int64_t i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = __int_as_float(0x7fffffff);
+    return;
+  }
   if constexpr (kFault == KernelFault::kEmbeddingRowOffByOne) id = (id + 1) % p.vocab;
   const Element* row = static_cast<const Element*>(p.table) + id * p.hidden;  // [hidden]
-  float* out = p.out + t * p.hidden;                                          // [hidden]
   copy_row<kVec>(row, out, p.hidden);
 }
 

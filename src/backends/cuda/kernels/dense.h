@@ -21,7 +21,7 @@ namespace plumb::cuda {
 struct EmbeddingParams {
   const void* table = nullptr;  // [vocab, hidden] BF16 bits or F32
   bool table_bf16 = true;
-  const int32_t* ids = nullptr;  // [tokens] device, each in [0, vocab)
+  const int32_t* ids = nullptr;  // [tokens] device; a row whose id is outside [0, vocab) becomes NaN
   float* out = nullptr;          // [tokens, hidden]
   int64_t tokens = 0;
   int64_t hidden = 0;
