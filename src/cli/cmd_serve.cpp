@@ -170,7 +170,7 @@ void run_serve(const ServeArgs& a) {
   } else {
     auto model_runner = std::make_unique<ModelRunner>(model, a.max_batch, graph_options(a));
     if (a.speculative_tokens > 0) model_runner->enable_drafting(std::make_unique<MtpDrafter>(model));
-    memory = reserve_serve_memory({a.device, a.max_batch, static_cast<int32_t>(a.max_batch * a.speculative_tokens),
+    memory = reserve_serve_memory({a.device, a.max_batch, static_cast<int32_t>(a.speculative_tokens),
                                    scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
                                    a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
                                   model, *model_runner, model_runner->max_context());

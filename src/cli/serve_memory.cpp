@@ -88,6 +88,7 @@ std::string asked_flag(const ServeMemoryOptions& o) {
 
 ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextModel& model, ModelRunner& runner,
                                  int64_t context) {
+  const int64_t trail_slots = int64_t{o.max_batch} * o.speculative_tokens;  // a verification's kept states
   Backend& backend = model.backend();
   KvPagePool& kv = model.kv_pool();
   RecurrentStatePool& states = model.recurrent_pool();
@@ -96,7 +97,7 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   const int64_t most_useful = o.max_batch * kv_pages_for(context);
 
   if (backend.device() == Device::kCpu) {
-    states.reserve(o.max_batch + o.trail_slots);
+    states.reserve(o.max_batch + trail_slots);
     const int64_t pages = asked > 0 ? asked : most_useful;
     // The cache's slots and pages are allocated as it keeps entries, like the sequences' pages.
     const PrefixCacheLimits cache =
@@ -118,16 +119,16 @@ ServeMemory reserve_serve_memory(const ServeMemoryOptions& o, const Qwen3NextMod
   const int64_t largest_bucket = runner.largest_graph_bucket();
   const int64_t sinks = runner.sink_sequences();
   try {
-    states.reserve(o.max_batch + o.trail_slots + sinks);
+    states.reserve(o.max_batch + trail_slots + sinks);
     kv.reserve(sinks + std::max(largest_bucket, kv_pages_for(o.step_tokens)));
-    runner.warm_up(o.step_tokens);
+    runner.warm_up(o.step_tokens, o.speculative_tokens);
   } catch (const Error& e) {
     PLUMB_FAIL(
         "plumb serve --device {}: the state of {} sequences and the step memory do not fit in the {:.3g} GiB "
         "free after the weights ({}); lower --max-batch",
         o.device, o.max_batch, static_cast<double>(after_weights.free_bytes) / kGiB, e.what());
   }
-  PLUMB_CHECK(states.capacity() == o.max_batch + o.trail_slots + sinks &&
+  PLUMB_CHECK(states.capacity() == o.max_batch + trail_slots + sinks &&
                   kv.capacity() == sinks + std::max(largest_bucket, kv_pages_for(o.step_tokens)),
               "plumb serve: the warm-up grew the state pool to {} slots and the KV pool to {} pages", states.capacity(),
               kv.capacity());

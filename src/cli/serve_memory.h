@@ -15,7 +15,7 @@ namespace plumb::cli {
 struct ServeMemoryOptions {
   std::string device;                    // the --device flag, for messages
   int32_t max_batch = 32;                // sequences at once: a recurrent state slot each
-  int32_t trail_slots = 0;               // state slots beside theirs: speculative verifications' trails
+  int32_t speculative_tokens = 0;        // drafts a verification: a trail state slot each beside a sequence's
   int64_t step_tokens = 0;               // the most tokens one step runs (the prefill warm-up's size)
   int64_t kv_pages = 0;                  // --kv-pages (0: unset)
   double kv_cache_gib = 0.0;             // --kv-cache-gib (0: unset)

@@ -4,8 +4,9 @@
 // changes with the text. So per batch bucket (the power of two at or above the decoding sequences) the policy keeps,
 // for every count from 0 to the most allowed, a running estimate of the tokens a second its steps made, and takes the
 // best; every count is measured first, most drafts first, and one of the others is tried again every kRevisit steps
-// of the bucket, its estimate then started afresh (what it said that long ago no longer holds). Only steps that decode and do nothing else are counted: a prefill chunk's time says nothing of
-// drafting. Pure host code, driven by tests with made-up timings.
+// of the bucket, its estimate then started afresh (what it said that long ago no longer holds). Only steps that decode
+// and do nothing else are counted: a prefill chunk's time says nothing of drafting. Pure host code, driven by tests
+// with made-up timings.
 #pragma once
 
 #include <cstdint>

@@ -29,8 +29,29 @@ bool ModelRunner::draws_tokens() const {
   return model_.backend().device() != Device::kCpu;
 }
 
-void ModelRunner::warm_up(int64_t prefill_tokens) {
+void ModelRunner::warm_up(int64_t prefill_tokens, int64_t speculative_tokens) {
   graphs_.warm_up();
+  const int64_t bucket = graphs_.largest_bucket();
+  if (drafter_ && speculative_tokens > 0 && bucket > 0 && bucket <= static_cast<int64_t>(states_.size())) {
+    // Throwaway sequences at position 0 bring a token and their drafts, as serving's verifications do (the tokens
+    // read from verify_tokens_); the eager first run takes the trails' slots, the second records.
+    PLUMB_CHECK(speculative_tokens <= kMaxSpeculativeTokens, "warm_up: {} drafts a verification (at most {})",
+                speculative_tokens, kMaxSpeculativeTokens);
+    const int64_t T = speculative_tokens + 1;
+    std::vector<SequenceState> rows;
+    for (int64_t i = 0; i < bucket; ++i) rows.push_back(model_.new_sequence(T));
+    std::vector<SequenceInput> batch;
+    for (int64_t i = 0; i < bucket; ++i)
+      batch.push_back({&rows[static_cast<size_t>(i)], std::vector<int32_t>(static_cast<size_t>(T), 0),
+                       &trails_[static_cast<size_t>(i)].verified});
+    Tensor tokens = verify_tokens_.rows(0, bucket * T);  // [bucket · T]
+    model_.backend().copy(model_.backend().zeros(DType::kI32, {bucket * T}), tokens);
+    for (int run = 0; run < 2; ++run) {
+      graphs_.verify(batch, std::vector<TokenDraw>(static_cast<size_t>(bucket * T)), &tokens);
+      for (SequenceState& s : rows) s.position = 0;
+    }
+    for (int64_t i = 0; i < bucket; ++i) trails_[static_cast<size_t>(i)].verified.count = 0;
+  }
   if (prefill_tokens < 1) return;
   SequenceState state = model_.new_sequence(prefill_tokens);
   graphs_.forward({{&state, std::vector<int32_t>(static_cast<size_t>(prefill_tokens), 0)}}, {TokenDraw{}});
@@ -41,6 +62,8 @@ void ModelRunner::enable_drafting(std::unique_ptr<Drafter> drafter) {
   drafter_ = std::move(drafter);
   trails_.clear();
   trails_.resize(states_.size());
+  verify_tokens_ = model_.backend().empty(
+      DType::kI32, {static_cast<int64_t>(states_.size()) * (static_cast<int64_t>(kMaxSpeculativeTokens) + 1)});
 }
 
 RunnerOutput ModelRunner::forward(const std::vector<RunnerEntry>& batch) {
@@ -208,17 +231,25 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     requests.push_back({states[i], t.from, std::move(next), t.hidden, batch[i].drafts});
     requested.push_back(i);
   }
+  // The drafts stay in the backend's memory until the verification that reads them has run: the host plans the
+  // verification while the device drafts, and waits for the device once, for both.
+  DeviceDrafts proposed;
+  std::vector<int64_t> drafts_at(batch.size(), 0), draft_count(batch.size(), 0);  // [entries] in proposed.ids
+  int64_t drafted = 0;                                                            // proposed.ids's length
   if (!requests.empty()) {
-    std::vector<std::vector<int32_t>> proposed = drafter_->propose(requests);
-    PLUMB_CHECK(proposed.size() == requests.size(), "the drafter answered {} of {} requests", proposed.size(),
-                requests.size());
+    proposed = drafter_->propose_on_device(requests, backend);
+    PLUMB_CHECK(proposed.counts.size() == requests.size(), "the drafter answered {} of {} requests",
+                proposed.counts.size(), requests.size());
     for (size_t r = 0; r < requests.size(); ++r) {
-      PLUMB_CHECK(static_cast<int64_t>(proposed[r].size()) <= requests[r].count,
-                  "the drafter proposed {} tokens where {} were asked", proposed[r].size(), requests[r].count);
-      for (int32_t id : proposed[r])
-        PLUMB_CHECK(id >= 0 && id < vocab, "the drafter proposed token {}, outside the vocabulary of {}", id, vocab);
-      out.drafts[requested[r]] = std::move(proposed[r]);
+      PLUMB_CHECK(proposed.counts[r] >= 0 && proposed.counts[r] <= requests[r].count,
+                  "the drafter proposed {} tokens where {} were asked", proposed.counts[r], requests[r].count);
+      drafts_at[requested[r]] = drafted;
+      draft_count[requested[r]] = proposed.counts[r];
+      drafted += proposed.counts[r];
     }
+    PLUMB_CHECK(proposed.ids.rank() == 1 && proposed.ids.dtype() == DType::kI32 && proposed.ids.dim(0) == drafted,
+                "the drafter proposed {} {} for {} drafts", dtype_name(proposed.ids.dtype()),
+                shape_str(proposed.ids.shape()), drafted);
   }
 
   // Two calls at most: verifications under the decode rule (a row's arithmetic is then a decode step's, whatever
@@ -240,10 +271,9 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
       std::any_of(batch.begin(), batch.end(), [](const RunnerEntry& e) { return e.draw.has_value(); });
   for (size_t i = 0; i < batch.size(); ++i) {
     const RunnerEntry& e = batch[i];
-    const std::vector<int32_t>& drafts = out.drafts[i];
-    const size_t g = drafts.empty() ? 0 : 1;
-    std::vector<int32_t> tokens = e.tokens;  // [T]
-    tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+    const size_t g = draft_count[i] == 0 ? 0 : 1;
+    std::vector<int32_t> tokens = e.tokens;  // [T]: a verification's drafts are read on the device, and set below
+    tokens.resize(tokens.size() + static_cast<size_t>(draft_count[i]), 0);
     DraftTrail& t = trails_[static_cast<size_t>(e.slot)];
     t.from = e.start;
     t.ids = tokens;
@@ -269,6 +299,10 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     wanted += places[i].rows;
   }
   out.logits.resize(static_cast<size_t>(wanted * vocab));
+  std::vector<int64_t> verify_rows(batch.size(), -1);  // [entries] a verification's first row among the group's
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (places[i].group == 1) verify_rows[i] = places[i].hidden_row;
+  const Tensor verify_ids = verification_tokens(batch, verify_rows, proposed, drafts_at, draft_count);
   std::vector<bool> none_allowed(batch.size(), false);  // [entries]: constrained entries whose constraint allows none
   for (size_t g = 0; g < groups.size(); ++g) {
     Group& group = groups[g];
@@ -280,7 +314,7 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
     for (size_t i = 0; i < batch.size(); ++i)
       constrained = constrained || (batch[i].constraint && places[i].group == g);
     const std::vector<TokenDraw> recorded_draws = any_draw && !constrained ? group.draws : std::vector<TokenDraw>{};
-    StepOutput step = g == 1 ? graphs_.verify(group.inputs, recorded_draws)
+    StepOutput step = g == 1 ? graphs_.verify(group.inputs, recorded_draws, &verify_ids)
                              : graphs_.forward(group.inputs, recorded_draws, StepHidden::kEveryToken);
     group.logits = step.logits;
     group.hidden = step.hidden;
@@ -307,6 +341,21 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
       if (places[i].group == g && logits_at[i] >= 0)
         copy_rows(backend, group.logits, places[i].row, places[i].row + places[i].rows,
                   out.logits.data() + logits_at[i] * vocab);
+  }
+  // The drafts reach the host once the verification that read them has run.
+  if (drafted > 0) {
+    std::vector<int32_t> all(static_cast<size_t>(drafted));
+    Tensor host(DType::kI32, {drafted}, Device::kCpu, all.data(), nullptr);
+    backend.copy(proposed.ids, host);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (draft_count[i] == 0) continue;
+      const auto first = all.begin() + drafts_at[i];
+      out.drafts[i].assign(first, first + draft_count[i]);
+      for (int32_t id : out.drafts[i])
+        PLUMB_CHECK(id >= 0 && id < vocab, "the drafter proposed token {}, outside the vocabulary of {}", id, vocab);
+      std::vector<int32_t>& ids = trails_[static_cast<size_t>(batch[i].slot)].ids;  // [1 + drafts]
+      std::copy(out.drafts[i].begin(), out.drafts[i].end(), ids.begin() + 1);
+    }
   }
 
   // Each trail takes its rows' hidden states. The rows of prompt chunks go to the drafter now, all but each chunk's
@@ -335,6 +384,39 @@ RunnerOutput ModelRunner::run_drafting(const std::vector<RunnerEntry>& batch,
   }
   if (!any_draw && wanted == 0) backend.synchronize();  // as run(): a failure surfaces in this call
   return out;
+}
+
+Tensor ModelRunner::verification_tokens(const std::vector<RunnerEntry>& batch, const std::vector<int64_t>& rows_at,
+                                        const DeviceDrafts& proposed, const std::vector<int64_t>& drafts_at,
+                                        const std::vector<int64_t>& draft_count) {
+  Backend& backend = model_.backend();
+  std::vector<int32_t> firsts;  // [verifications] each one's token from the host
+  int64_t rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (rows_at[i] < 0) continue;
+    firsts.push_back(batch[i].tokens.front());
+    rows = std::max(rows, rows_at[i] + 1 + draft_count[i]);
+  }
+  if (firsts.empty()) return Tensor();
+  PLUMB_CHECK(rows <= verify_tokens_.dim(0), "a step's verifications bring {} tokens, past the {} kept for them", rows,
+              verify_tokens_.dim(0));
+  Tensor host = Tensor::zeros(DType::kI32, {static_cast<int64_t>(firsts.size())});  // its own memory: see upload
+  std::copy(firsts.begin(), firsts.end(), host.data_as<int32_t>());
+  const Tensor uploaded = backend.upload(host);  // [verifications]
+  Tensor tokens = verify_tokens_.rows(0, rows);  // [Σ T]
+  std::vector<Tensor> from, to;
+  int64_t v = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (rows_at[i] < 0) continue;
+    const int64_t row = rows_at[i];
+    from.push_back(uploaded.rows(v, v + 1));
+    to.push_back(tokens.rows(row, row + 1));
+    from.push_back(proposed.ids.rows(drafts_at[i], drafts_at[i] + draft_count[i]));
+    to.push_back(tokens.rows(row + 1, row + 1 + draft_count[i]));
+    ++v;
+  }
+  backend.copy_all(from, to);
+  return tokens;
 }
 
 void ModelRunner::release(int32_t slot) {

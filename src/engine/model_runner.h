@@ -37,9 +37,11 @@ class ModelRunner final : public Runner {
   int64_t max_context() const override;
   bool draws_tokens() const override;
   // Runs once what serving runs, so the memory it takes is taken before the rest is counted and reserved: every
-  // graph bucket's recording with its sinks (StepGraphs::warm_up) and one eager step of `prefill_tokens` tokens (the
-  // step memory a full prefill step takes). Its sequences are its own, gone when it returns; the sinks stay.
-  void warm_up(int64_t prefill_tokens);
+  // graph bucket's recording with its sinks (StepGraphs::warm_up), with a drafter the largest bucket's verification
+  // of `speculative_tokens` drafts a sequence (its recording, and the state slots the first slots' trails keep), and
+  // one eager step of `prefill_tokens` tokens (the step memory a full prefill step takes). Its sequences are its
+  // own, gone when it returns; the sinks and the trails' slots stay.
+  void warm_up(int64_t prefill_tokens, int64_t speculative_tokens = 0);
   // The largest batch replayed from a graph (0 with graphs off), and the sequences the runner holds beside its slots
   // once warmed up (the graphs' sinks: a recurrent state slot and a KV page each).
   int64_t largest_graph_bucket() const { return graphs_.largest_bucket(); }
@@ -75,6 +77,12 @@ class ModelRunner final : public Runner {
   // run() with a drafter: settles the slots' last verifications, shows the drafter what ran and takes its drafts,
   // then runs the batch, verifications under the decode rule.
   RunnerOutput run_drafting(const std::vector<RunnerEntry>& batch, const std::vector<SequenceState*>& states);
+  // The tokens of a step's verifications in verify_tokens_ ([Σ T] of its rows): entry i, whose rows start at
+  // rows_at[i] among the verifications' (-1: it verifies nothing), takes its one token from the host and then
+  // draft_count[i] drafts from proposed.ids at drafts_at[i], copied on the device.
+  Tensor verification_tokens(const std::vector<RunnerEntry>& batch, const std::vector<int64_t>& rows_at,
+                             const DeviceDrafts& proposed, const std::vector<int64_t>& drafts_at,
+                             const std::vector<int64_t>& draft_count);
   // Each entry's state, a fresh one for an entry that starts at 0, checked against the entry.
   std::vector<SequenceState*> states_for(const std::vector<RunnerEntry>& batch);
   // Points the draw of each constrained entry i with rows[i] >= 0, draws[rows[i]], at the tokens its constraint
@@ -88,6 +96,9 @@ class ModelRunner final : public Runner {
   std::vector<std::optional<SequenceState>> states_;  // [slots]
   std::unique_ptr<Drafter> drafter_;
   std::vector<DraftTrail> trails_;  // [slots] with a drafter
+  // [slots · (kMaxSpeculativeTokens + 1)] I32 with a drafter: a step's verification tokens, always at this address,
+  // where a recorded verification reads them.
+  Tensor verify_tokens_;
   StepGraphs graphs_;
   std::vector<uint32_t> allowed_;  // [entries, allowed_words(vocab)]: constrained draws' allowed tokens this step
   std::optional<PrefixCache> cache_;

@@ -32,15 +32,28 @@ struct DraftRequest {
   int64_t count = 0;  // drafts wanted; 0: the drafter only sees the tokens run
 };
 
+// A drafter's proposal left in the backend's memory: ids [Σ counts] I32, request after request, counts[r] of them
+// request r's (at most its count).
+struct DeviceDrafts {
+  Tensor ids;
+  std::vector<int64_t> counts;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
   // For each request, at most its count tokens, in request order.
   virtual std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) = 0;
+  // propose()'s drafts in `backend`'s memory, queued there by a drafter that runs on the device, so that a
+  // verification can read them before they reach the host: a speculative step then waits for the device once
+  // (ModelRunner). By default propose()'s, uploaded.
+  virtual DeviceDrafts propose_on_device(const std::vector<DraftRequest>& batch, Backend& backend);
 };
 
 // Drafts with the model's multi-token-prediction head, greedily (the head's argmax, as Backend::sample_tokens draws at
-// temperature 0, on the device: only ids come back), every request of a call in one batched head call a draft step.
+// temperature 0, on the device), every request of a call in one batched head call a draft step. The steps follow one
+// another on the device (a step's draws are the next one's tokens): propose_on_device waits for nothing, and
+// propose() waits once, for the copy of every draft to the host.
 // The head's own cache must hold every position before `from`: it does for a sequence that ran all its tokens through
 // this drafter (SequenceState::draft_position). A sequence that did not, such as one continued from a plain run, gets
 // no drafts and decodes one token a step.
@@ -48,6 +61,8 @@ class MtpDrafter : public Drafter {
  public:
   explicit MtpDrafter(const Qwen3NextModel& model);
   std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override;
+  // `backend` must be the model's.
+  DeviceDrafts propose_on_device(const std::vector<DraftRequest>& batch, Backend& backend) override;
 
  private:
   const Qwen3NextModel& model_;

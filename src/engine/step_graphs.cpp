@@ -81,28 +81,30 @@ StepOutput StepGraphs::forward(const std::vector<SequenceInput>& batch, const st
   return run(batch, draws, false, hidden);
 }
 
-StepOutput StepGraphs::verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws) {
+StepOutput StepGraphs::verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws,
+                              const Tensor* ids) {
   size_t rows = 0;
   for (const SequenceInput& in : batch) {
     PLUMB_CHECK(in.trail, "a verification keeps every sequence's states in its trail");
     rows += in.ids.size();
   }
   PLUMB_CHECK(draws.empty() || draws.size() == rows, "a verification of {} tokens got {} draws", rows, draws.size());
-  return run(batch, draws, true, StepHidden::kEveryToken);
+  return run(batch, draws, true, StepHidden::kEveryToken, ids);
 }
 
 StepOutput StepGraphs::run(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws, bool verify,
-                           StepHidden hidden) {
+                           StepHidden hidden, const Tensor* ids) {
   Backend& backend = model_.backend();
   const LogitsRows logits_rows = verify ? LogitsRows::kAll : LogitsRows::kLast;
   // A lone token's arithmetic is the same under both rules; a verification's tokens take a decode step's.
   const GdnAlgorithm rule = verify ? GdnAlgorithm::kRecurrent : GdnAlgorithm::kChunked;
   const bool keep_hidden = hidden == StepHidden::kEveryToken;
-  const Shape shape = shape_of(batch, verify, hidden);
+  Shape shape = shape_of(batch, verify, hidden);
+  if (ids) shape.ids = ids->data();
   last_replayed_ = false;
   if (shape.bucket == 0) {
     StepOutput out;
-    out.logits = model_.forward(batch, logits_rows, rule, keep_hidden ? &out.hidden : nullptr);
+    out.logits = model_.forward(batch, logits_rows, rule, keep_hidden ? &out.hidden : nullptr, ids);
     if (!draws.empty()) {
       out.ids = backend.empty(DType::kI32, {out.logits.dim(0)});
       backend.sample_tokens(out.logits, draws, out.ids);
@@ -116,6 +118,7 @@ StepOutput StepGraphs::run(const std::vector<SequenceInput>& batch, const std::v
   // Sinks (decode steps only): sequences of their own at position 0, one page each, taking token 0 in the rows past
   // the batch.
   const int64_t real = static_cast<int64_t>(batch.size()), sinks = shape.bucket - real, T = shape.tokens;
+  PLUMB_CHECK(!ids || sinks == 0, "a step that reads its tokens from the device takes no sinks");
   while (static_cast<int64_t>(sinks_.size()) < sinks) sinks_.push_back(model_.new_sequence(1));
   std::vector<SequenceInput> rows = batch;
   for (int64_t i = 0; i < sinks; ++i) rows.push_back({&sinks_[static_cast<size_t>(i)], {0}});
@@ -127,7 +130,7 @@ StepOutput StepGraphs::run(const std::vector<SequenceInput>& batch, const std::v
   row_draws.resize(static_cast<size_t>(shape.bucket * logits_per_sequence));
   StepOutput out;  // [bucket] sequences' rows
   const auto step = [&] {
-    out.logits = model_.forward(rows, logits_rows, rule, keep_hidden ? &out.hidden : nullptr);
+    out.logits = model_.forward(rows, logits_rows, rule, keep_hidden ? &out.hidden : nullptr, ids);
     out.ids = backend.empty(DType::kI32, {out.logits.dim(0)});
     backend.sample_tokens(out.logits, row_draws, out.ids);
   };

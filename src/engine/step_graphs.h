@@ -51,8 +51,11 @@ class StepGraphs {
   // with every sequence's trail, replayed from a recording where the batch allows (as many sequences as a bucket,
   // each bringing the same number of tokens, two or more, and its trail already holding a slot for each state it
   // keeps), then each row's token drawn from its logits (draws [Σ T], or none). Returns every row's logits, draw and
-  // final hidden state.
-  StepOutput verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws);
+  // final hidden state. With `ids` ([Σ T] I32 in the backend's memory), the tokens come from there (model.forward's
+  // `ids`); a recording made so reads them where they were when it was made, so the caller keeps them at one
+  // address (ModelRunner's verification tokens).
+  StepOutput verify(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws,
+                    const Tensor* ids = nullptr);
 
   // Makes what serving would otherwise make on first use: the sinks (sinks_needed() of them) and each bucket's
   // recording at the shortest page stride (a decode step of throwaway sequences at position 0, run eagerly and then
@@ -81,11 +84,12 @@ class StepGraphs {
     int64_t tokens = 1;  // a sequence brings; more than one only in a verification
     int64_t stride = 0;  // page-table entries a sequence
     StepHidden hidden = StepHidden::kNone;
+    const void* ids = nullptr;  // where the tokens are read in the backend's memory; nullptr: from the host
     auto operator<=>(const Shape&) const = default;
   };
   Shape shape_of(const std::vector<SequenceInput>& batch, bool verify, StepHidden hidden) const;
   StepOutput run(const std::vector<SequenceInput>& batch, const std::vector<TokenDraw>& draws, bool verify,
-                 StepHidden hidden);
+                 StepHidden hidden, const Tensor* ids = nullptr);
 
   const Qwen3NextModel& model_;
   StepGraphOptions options_;

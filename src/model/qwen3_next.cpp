@@ -181,8 +181,15 @@ Qwen3NextModel::BatchPlan Qwen3NextModel::plan_batch(const std::vector<SequenceS
   return plan;
 }
 
+void Qwen3NextModel::embed(const BatchPlan& plan, const Tensor* ids, Tensor& out) const {
+  const auto T = static_cast<int64_t>(plan.ids.size());
+  if (!ids) return backend_.embedding(weights_.embed_tokens, plan.ids, out);
+  PLUMB_CHECK(ids->rank() == 1 && ids->dim(0) == T, "forward: ids {} for {} tokens", shape_str(ids->shape()), T);
+  backend_.embedding(weights_.embed_tokens, *ids, out);
+}
+
 Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRows rows, GdnAlgorithm gdn_algorithm,
-                               Tensor* hidden_out) const {
+                               Tensor* hidden_out, const Tensor* ids) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   PLUMB_CHECK(!batch.empty(), "forward: no sequences");
@@ -201,7 +208,7 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
   const StateTrails none;
 
   Tensor hidden = backend_.empty(DType::kF32, {T, H});  // [T, H] the residual stream
-  backend_.embedding(weights_.embed_tokens, plan.ids, hidden);
+  embed(plan, ids, hidden);
   Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H] the next sub-layer's normalized input
   Tensor mixed = backend_.empty(DType::kF32, {T, H});   // [T, H] a sub-layer's output
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -229,7 +236,8 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
   return logits_of(hidden, plan.layout, rows, weights_.final_norm, hidden_out, nullptr);
 }
 
-Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden) const {
+Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden,
+                             const Tensor* ids) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   PLUMB_CHECK(weights_.mtp.has_value(), "draft: the model was loaded without its multi-token-prediction head");
@@ -252,7 +260,7 @@ Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor&
   // x = fc([RMSNorm(embed(ids)) | RMSNorm(hidden)]), fc's two column halves as two products added.
   const float eps = static_cast<float>(c.rms_norm_eps);
   Tensor embedded = backend_.empty(DType::kF32, {T, H});  // [T, H]
-  backend_.embedding(weights_.embed_tokens, plan.ids, embedded);
+  embed(plan, ids, embedded);
   Tensor normed = backend_.empty(DType::kF32, {T, H});  // [T, H] a normalized input
   Tensor x = backend_.empty(DType::kF32, {T, H});       // [T, H] the head's residual stream
   Tensor mixed = backend_.empty(DType::kF32, {T, H});   // [T, H] a product or sub-layer output

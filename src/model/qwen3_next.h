@@ -111,8 +111,11 @@ class Qwen3NextModel {
   // kRecurrent, every token takes a decode step's arithmetic in the delta rule and in attention, so T tokens in one
   // call are bit-identical to T calls of one token each. When `hidden` is given, it
   // receives every new token's final hidden state (after the final norm), [Σ T, H]: what the MTP head drafts from.
+  // With `ids` ([Σ T] I32 in the backend's memory, such as a drafter's proposals), the tokens come from it, and each
+  // input's ids give only its number of tokens.
   Tensor forward(const std::vector<SequenceInput>& batch, LogitsRows rows,
-                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr) const;
+                 GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr,
+                 const Tensor* ids = nullptr) const;
   // The batch of one.
   Tensor forward(SequenceState& state, const std::vector<int32_t>& ids, LogitsRows rows,
                  GdnAlgorithm gdn_algorithm = GdnAlgorithm::kChunked, Tensor* hidden = nullptr) const;
@@ -132,8 +135,11 @@ class Qwen3NextModel {
   // predict the token at position + T + 1, and writes that row's normed state to `last_hidden` [sequences, H], the
   // hidden state of the next draft step. With no `last_hidden`, only the head's cache is written: its decoder layer's
   // MLP, norm and lm_head are skipped (rows whose drafts nobody wants) and the result is empty. Sequence states'
-  // positions do not move.
-  Tensor draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden) const;
+  // positions do not move. With `ids` ([Σ T] I32 in the backend's memory, such as the draws of the step before),
+  // the rows take their tokens from it, and each input's ids give only its number of rows: a draft step follows
+  // the one before without its tokens visiting the host.
+  Tensor draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden,
+               const Tensor* ids = nullptr) const;
 
  private:
   // A sequence at position 0 holding `slot`, with pages for `reserve_tokens`.
@@ -149,6 +155,8 @@ class Qwen3NextModel {
   struct BatchPlan;
   BatchPlan plan_batch(const std::vector<SequenceState*>& states, const std::vector<int64_t>& starts,
                        const std::vector<const std::vector<int32_t>*>& ids) const;
+  // The plan's tokens embedded into out [T, H]: the plan's ids, or `ids` [T] in the backend's memory when given.
+  void embed(const BatchPlan& plan, const Tensor* ids, Tensor& out) const;
   // The decoder layer's attention half for its KV pool layer `pool_layer`, its tokens by `rule` (Backend::attention):
   // its mixer output into `mixed`.
   void attention_layer(const LayerWeights& w, size_t pool_layer, BatchPlan& plan, const Tensor& normed, Tensor& mixed,
