@@ -85,23 +85,26 @@ inline void expect_attention_refuses_a_shared_written_page(Backend& be) {
   EXPECT_NO_THROW(call({0, 1}, {0, 2}, 64, 70));
 }
 
+// Three tokens, and twenty: on the GPU a few tokens' pairs group in one warp, more in one block, and both report.
 inline void expect_moe_experts_refuses_bad_ids(Backend& be) {
-  const int64_t T = 3, H = 8, I = 4, E = 3, top_k = 2;
-  const ExpertWeights experts{be.upload(Tensor::zeros(DType::kF32, {E, 2 * I, H})),
-                              be.upload(Tensor::zeros(DType::kF32, {E, H, I}))};
-  const Tensor x = ramp(be, {T, H}), weights = ramp(be, {T, top_k});
-  Tensor y = be.zeros(DType::kF32, {T, H});
-  auto call = [&](int32_t bad, int64_t at) {
-    Tensor ids = Tensor::zeros(DType::kI32, {T, top_k});
-    for (int64_t i = 0; i < T * top_k; ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>(i % E);
-    ids.data_as<int32_t>()[at] = bad;
-    const Tensor device_ids = be.upload(ids);
-    be.moe_experts(x, device_ids, weights, experts, y);
-    be.synchronize();
-  };
-  expect_error_naming([&] { call(E, 3); }, "token 1 slot 1 has expert id 3, outside [0, 3)");
-  expect_error_naming([&] { call(-1, 4); }, "token 2 slot 0 has expert id -1, outside [0, 3)");
-  EXPECT_NO_THROW(call(E - 1, 3));  // and the failure left nothing behind for the next call
+  for (const int64_t T : {3, 20}) {
+    const int64_t H = 8, I = 4, E = 3, top_k = 2;
+    const ExpertWeights experts{be.upload(Tensor::zeros(DType::kF32, {E, 2 * I, H})),
+                                be.upload(Tensor::zeros(DType::kF32, {E, H, I}))};
+    const Tensor x = ramp(be, {T, H}), weights = ramp(be, {T, top_k});
+    Tensor y = be.zeros(DType::kF32, {T, H});
+    auto call = [&](int32_t bad, int64_t at) {
+      Tensor ids = Tensor::zeros(DType::kI32, {T, top_k});
+      for (int64_t i = 0; i < T * top_k; ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>(i % E);
+      ids.data_as<int32_t>()[at] = bad;
+      const Tensor device_ids = be.upload(ids);
+      be.moe_experts(x, device_ids, weights, experts, y);
+      be.synchronize();
+    };
+    expect_error_naming([&] { call(E, 3); }, "token 1 slot 1 has expert id 3, outside [0, 3)");
+    expect_error_naming([&] { call(-1, 4); }, "token 2 slot 0 has expert id -1, outside [0, 3)");
+    EXPECT_NO_THROW(call(E - 1, 3));  // and the failure left nothing behind for the next call
+  }
 }
 
 // A draw whose allowed-token bits allow no token of the row (those past the vocabulary do not count) is refused

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/linear.h"
 #include "core/error.h"
 #include "op_harness.h"
@@ -309,6 +310,61 @@ void moe_route_case(Context& c) {
   }
 }
 
+// The grouping's two kernels, one warp (up to 32 pairs) and one block, must give the same sorted rows, tiles and
+// bad-id report for the same ids: production takes the warp for a decode step of a few tokens and the block for the
+// rest, and the products after them read only these. Ids repeat (experts of several rows, split over tiles of 1, 3 or
+// 8 rows) and some lie outside [0, E).
+void moe_group_paths_case(Context& c) {
+  for (int64_t E : {7, 256}) {
+    for (int64_t top_k : {1, 3, 8}) {
+      for (int64_t T = 1; T * top_k <= 32; T += T < 4 ? 1 : 3) {
+        for (int32_t tile_rows : {1, 3, 8}) {
+          const int64_t pairs = T * top_k, max_tiles = cuda::moe_max_tiles(pairs, E, tile_rows);
+          Tensor ids = Tensor::zeros(DType::kI32, {pairs});
+          // Few distinct experts, so that rows share them; one pair in five of the later ones out of range.
+          std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(std::min<int64_t>(E, 5)) - 1);
+          std::uniform_int_distribution<int> fifth(0, 4);
+          for (int64_t i = 0; i < pairs; ++i) {
+            int32_t id = expert(c.rng) * static_cast<int32_t>(E / 5 + 1) % static_cast<int32_t>(E);
+            if (i > 2 && fifth(c.rng) == 0) id = i % 2 ? static_cast<int32_t>(E) : -3;
+            ids.data_as<int32_t>()[i] = id;
+          }
+          const Tensor device_ids = c.gpu.upload(ids);
+          auto group = [&](bool one_block) {
+            Tensor rows = poisoned(c.gpu, DType::kI32, {2 * pairs});           // row_token, pair_row
+            Tensor tiles = poisoned(c.gpu, DType::kI32, {3 * max_tiles + 1});  // tiles, num_tiles
+            Tensor clear = Tensor::zeros(DType::kI32, {4});                    // a MoeIdReport with nothing reported
+            const cuda::MoeIdReport nothing;
+            static_assert(sizeof(nothing) == 4 * sizeof(int32_t));
+            std::memcpy(clear.data(), &nothing, sizeof(nothing));
+            Tensor report = c.gpu.upload(clear);
+            cuda::MoeGroupParams p;
+            p.expert_ids = device_ids.data_as<const int32_t>();
+            p.report = static_cast<cuda::MoeIdReport*>(report.data());
+            p.pairs = static_cast<int32_t>(pairs);
+            p.top_k = static_cast<int32_t>(top_k);
+            p.experts = static_cast<int32_t>(E);
+            p.tile_rows = tile_rows;
+            p.row_token = rows.data_as<int32_t>();
+            p.pair_row = rows.data_as<int32_t>() + pairs;
+            p.tiles = tiles.data_as<int32_t>();
+            p.num_tiles = tiles.data_as<int32_t>() + 3 * max_tiles;
+            p.one_block = one_block;
+            cuda::launch_moe_group(p, cuda::KernelFault::kNone, c.gpu.stream());
+            return std::vector<Tensor>{c.gpu.download(rows), c.gpu.download(tiles), c.gpu.download(report)};
+          };
+          const std::vector<Tensor> warp = group(false), block = group(true);
+          const std::string what = "moe_group E=" + std::to_string(E) + " T=" + std::to_string(T) +
+                                   " top_k=" + std::to_string(top_k) + " tile_rows=" + std::to_string(tile_rows);
+          c.verdict.same_bits(what + " rows", warp[0], block[0]);
+          c.verdict.same_bits(what + " tiles", warp[1], block[1]);
+          c.verdict.same_bits(what + " report", warp[2], block[2]);
+        }
+      }
+    }
+  }
+}
+
 double silu(double z) {
   return z / (1.0 + std::exp(-z));
 }
@@ -423,6 +479,7 @@ const CaseRegistrar reg_linear_parts_bf16("linear_parts_bf16", [](Context& c) { 
 const CaseRegistrar reg_linear_parts_f32("linear_parts_f32", [](Context& c) { linear_parts_case(c, DType::kF32); });
 const CaseRegistrar reg_linear_rounding("linear_bf16_operand_rounding", linear_operand_rounding_case);
 const CaseRegistrar reg_route("moe_route", moe_route_case);
+const CaseRegistrar reg_group_paths("moe_group_paths", moe_group_paths_case);
 const CaseRegistrar reg_experts_bf16("moe_experts_bf16", [](Context& c) { moe_experts_case(c, DType::kBF16); });
 const CaseRegistrar reg_experts_f32("moe_experts_f32", [](Context& c) { moe_experts_case(c, DType::kF32); });
 const CaseRegistrar reg_experts_fp8("moe_experts_fp8", [](Context& c) { moe_experts_case(c, DType::kF8E4M3); });

@@ -136,6 +136,57 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
   }
 }
 
+// ---- Grouping of up to 32 pairs (one warp). ----
+//
+// A decode step of a few tokens groups in one warp, with none of the block kernel's per-warp counts to clear and
+// scan: lane q holds pair q, and what the block kernel counts, this one finds by comparing lanes. Pair q's sorted row
+// is the number of pairs of a lower expert plus those of its own expert at a lower pair; its expert's first tile is
+// the sum of every lower expert's tiles. Those are the block kernel's rows, tiles and tile order, so the two give
+// the same grouping bit for bit, and the products after them the same bits.
+constexpr int kGroupWarpPairs = 32;
+
+template <KernelFault kFault>
+__global__ void __launch_bounds__(kGroupWarpPairs) moe_group_warp_kernel(const MoeGroupParams p) {
+  wait_for_prior_grid();
+  const int lane = static_cast<int>(threadIdx.x);
+  const unsigned lanes_below = (1u << lane) - 1u;
+  // As in the block kernel: -1 for a lane past the pairs or an id outside [0, experts), and the planted control
+  // clamps valid ids into [0, experts - 1).
+  const int last_expert = kFault == KernelFault::kExpertsGroupClampOffByOne ? max(p.experts - 2, 0) : p.experts - 1;
+  const bool real = lane < p.pairs;
+  const int id = real ? p.expert_ids[lane] : -1;
+  const int e = real && id >= 0 && id < p.experts ? min(id, last_expert) : -1;
+  const unsigned peers = __match_any_sync(0xffffffffu, e);
+  const int count = __popc(peers);
+  const bool leader = e >= 0 && (peers & lanes_below) == 0;  // the expert's lowest pair
+  const int tiles = leader ? (count + p.tile_rows - 1) / p.tile_rows : 0;
+  int row = 0, tile0 = 0;
+  for (int q = 0; q < kGroupWarpPairs; ++q) {
+    const int eq = __shfl_sync(0xffffffffu, e, q), tiles_q = __shfl_sync(0xffffffffu, tiles, q);
+    if (eq >= 0 && (eq < e || (eq == e && q < lane))) ++row;
+    if (eq >= 0 && eq < e) tile0 += tiles_q;
+  }
+  const int all_tiles = __reduce_add_sync(0xffffffffu, tiles);
+  if (e >= 0) {
+    p.row_token[row] = lane / p.top_k;
+    p.pair_row[lane] = row;
+  } else if (real) {
+    // The block kernel's report: the lowest bad pair wins through an integer atomic, whatever the order.
+    p.pair_row[lane] = -1;
+    atomicMin(&p.report->first_bad, (static_cast<unsigned long long>(lane) << 32) | static_cast<uint32_t>(id));
+    p.report->experts = p.experts;
+    p.report->top_k = p.top_k;
+  }
+  // A leader's row is its expert's first.
+  for (int i = 0; i < tiles; ++i) {
+    int32_t* tile = p.tiles + 3 * (tile0 + i);
+    tile[0] = e;
+    tile[1] = row + i * p.tile_rows;
+    tile[2] = row + min(count, (i + 1) * p.tile_rows);
+  }
+  if (lane == 0) *p.num_tiles = all_tiles;
+}
+
 // ---- SiLU-multiply. ----
 
 constexpr int kElementwiseThreads = 256;
@@ -220,8 +271,13 @@ int moe_group_smem_bytes(int experts) {
 
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream) {
   if (params.pairs == 0) return;
-  dispatch_fault<KernelFault::kExpertsGroupClampOffByOne>(
-      fault, [&](auto planted) { launch_moe_group_as<decltype(planted)::value>(params, stream); });
+  dispatch_fault<KernelFault::kExpertsGroupClampOffByOne>(fault, [&](auto planted) {
+    if (params.pairs <= kGroupWarpPairs && !params.one_block) {
+      launch_kernel(moe_group_warp_kernel<decltype(planted)::value>, 1, kGroupWarpPairs, 0, stream, params);
+    } else {
+      launch_moe_group_as<decltype(planted)::value>(params, stream);
+    }
+  });
 }
 
 void launch_moe_silu_mul(const MoeSiluMulParams& params, KernelFault fault, cudaStream_t stream) {

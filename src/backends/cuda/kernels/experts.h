@@ -45,7 +45,9 @@ struct MoeGroupParams {
   int32_t* pair_row = nullptr;   // [pairs] out: the sorted row of pair p, -1 for a pair of a bad id
   int32_t* tiles = nullptr;      // [moe_max_tiles, 3] out: {expert, row_begin, row_end} per tile, by expert
   int32_t* num_tiles = nullptr;  // [1] out
+  bool one_block = false;        // true: the block kernel even for 32 pairs or fewer (the op harness compares the two)
 };
+// Up to 32 pairs (a decode step of a few tokens) group in one warp, more in one block: the same grouping.
 void launch_moe_group(const MoeGroupParams& params, KernelFault fault, cudaStream_t stream);
 // The dynamic shared memory (bytes) launch_moe_group gives its kernel for an expert count (for the resource records).
 int moe_group_smem_bytes(int experts);
