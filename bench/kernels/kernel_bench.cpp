@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@
 #include "model/synthetic_weights.h"
 #ifdef PLUMB_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/device_limits.h"
+#include "backends/cuda/kernels/launch_choices.h"
 #endif
 
 namespace plumb::cli::bench {
@@ -53,6 +56,7 @@ struct KernelArgs {
   std::string batches = "1,16,64";  // decode kernels' batch sizes
   int64_t tokens = 16384;           // prefill kernels' tokens, and the positions decode attention reads
   int64_t repeats = 10;             // timed samples per kernel
+  bool moe_variants = false;        // the decode MoE experts also with each launch variant pinned
 };
 
 struct KernelContext : Context {
@@ -277,6 +281,90 @@ void bench_moe_experts(KernelContext& ctx, const MoeWeights& w, int64_t T) {
       ctx, "kernel moe experts", fmt::format("T={}, top {} of {}", T, k, E), median(samples), flops, samples);
 }
 
+// The routed experts of one MoE layer at a decode step's row counts: T tokens (a batch's, or a verification's drafts
+// and token), each routed by random router logits, a new routing every input set so that calls read their experts
+// from HBM rather than L2. Floor: the bytes of the distinct experts a call reads (codes and multipliers) and of its
+// activations in and out. With --moe-variants, the same calls with each launch variant pinned in turn
+// (CudaBackend::set_linear_variant: kernel, warps and K split, both products), beside production's choice.
+void bench_moe_experts_decode(KernelContext& ctx, const MoeWeights& w, int64_t T, bool sweep_variants) {
+  const ModelConfig& c = ctx.config;
+  Backend& be = ctx.be;
+  const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+  const double expert_bytes =
+      static_cast<double>(w.experts.gate_up.bytes_with_scales() + w.experts.down.bytes_with_scales()) /
+      static_cast<double>(E);
+  struct Set {
+    Tensor x, ids, weights, y;  // [T, H], [T, top_k], [T, top_k], [T, H]
+  };
+  // Input sets by the bytes of a typical call (E·(1 − (1 − k/E)^T) experts), then the floor by the experts each set
+  // really routes to.
+  const double typical = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E),
+                                                                  static_cast<double>(T)));
+  const int64_t n_sets = input_sets(typical * expert_bytes);
+  std::vector<Set> sets(static_cast<size_t>(n_sets));
+  double distinct = 0;  // experts read, summed over the sets
+  uint64_t seed = 700;
+  for (Set& s : sets) {
+    s.x = random_tensor(be, DType::kF32, {T, H}, ++seed);                  // [T, H]
+    const Tensor logits = random_tensor(be, DType::kF32, {T, E}, ++seed);  // [T, E]
+    s.ids = be.empty(DType::kI32, {T, k});
+    s.weights = be.empty(DType::kF32, {T, k});
+    s.y = be.empty(DType::kF32, {T, H});
+    be.moe_route(logits, k, c.norm_topk_prob, s.ids, s.weights);
+    std::vector<int32_t> ids(static_cast<size_t>(T * k));
+    Tensor host(DType::kI32, {T, k}, Device::kCpu, ids.data(), nullptr);
+    be.copy(s.ids, host);
+    std::sort(ids.begin(), ids.end());
+    distinct += static_cast<double>(std::unique(ids.begin(), ids.end()) - ids.begin());
+  }
+  const double bytes = distinct / static_cast<double>(n_sets) * expert_bytes + 2.0 * 4.0 * static_cast<double>(T * H);
+  auto time_moe = [&] {
+    return median(time_kernel(ctx, n_sets, [&](int64_t i) {
+      Set& s = sets[static_cast<size_t>(i)];
+      be.moe_experts(s.x, s.ids, s.weights, w.experts, s.y);
+    }));
+  };
+  const std::string shape = fmt::format("T={}, top {} of {}", T, k, E);
+  const double production = time_moe();
+  json result = bytes_result(ctx, "kernel moe experts decode", shape, production, bytes, {production});
+  result["tokens"] = T;
+  result["experts_read"] = distinct / static_cast<double>(n_sets);
+#ifdef PLUMB_HAVE_CUDA
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  if (sweep_variants && cuda) {
+    const cuda::LinearWeights w_type =
+        w.experts.gate_up.dtype() == DType::kF8E4M3 ? cuda::LinearWeights::kFp8 : cuda::LinearWeights::kBF16;
+    std::set<std::string> timed;
+    for (const cuda::LinearVariant& v : cuda::linear_variants(w_type, T * k, cuda::LinearRows::kGrouped)) {
+      if (cuda::linear_tile_features(v.shape) != 0 || v.k_split == cuda::kLinearSplitEverySlice) continue;
+      if (v.shape != cuda::choose_linear_shape(w_type, std::min(T * k, 2 * ((T * k + E - 1) / E)), T * k,
+                                               w.experts.gate_up.dim(1), false, cuda::device_limits()))
+        continue;
+      for (int32_t split : {1, 2, 4, 8, 16}) {
+        cuda::LinearVariant pinned = v;
+        pinned.k_split = split;
+        const std::string name = fmt::format("{} {} w{} split {}", cuda::linear_shape_name(v.shape),
+                                             cuda::linear_stream_kernel_name(v.stream_kernel), v.stream_warps, split);
+        if (!timed.insert(name).second) continue;  // linear_variants lists a kernel once for each of its own splits
+        cuda->set_linear_variant(pinned);
+        try {
+          const double s = time_moe();
+          json row = bytes_result(ctx, "  pinned " + name, shape, s, bytes, {s});
+          row["variant"] = name;
+          result["variants"].push_back(row);
+        } catch (const Error& e) {
+          result["refused"].push_back(name + ": " + e.what());
+        }
+        cuda->set_linear_variant(std::nullopt);
+      }
+    }
+  }
+#else
+  (void)sweep_variants;
+#endif
+  ctx.out["kernels"]["moe_experts_decode"].push_back(result);
+}
+
 // One dense projection of a prefill: x [T, K] times w [N, K]ᵀ.
 void bench_linear(KernelContext& ctx, const Tensor& w, const std::string& name, int64_t T) {
   Backend& be = ctx.be;
@@ -290,7 +378,7 @@ void bench_linear(KernelContext& ctx, const Tensor& w, const std::string& name, 
 }
 
 void bench_kernels(KernelContext& ctx, const ModelWeights& weights, const std::vector<int64_t>& batches,
-                   int64_t max_prefill) {
+                   int64_t max_prefill, bool moe_variants) {
   const ModelConfig& c = ctx.config;
   const bool has_gdn = c.num_layers_of(LayerKind::kGatedDeltaNet) > 0;
   const bool has_attention = c.num_layers_of(LayerKind::kFullAttention) > 0;
@@ -305,6 +393,7 @@ void bench_kernels(KernelContext& ctx, const ModelWeights& weights, const std::v
   }
   for (const LayerWeights& l : weights.layers) {
     if (l.mlp_kind != MlpKind::kMoe) continue;
+    for (int64_t T : batches) bench_moe_experts_decode(ctx, l.moe, T, moe_variants);
     bench_moe_experts(ctx, l.moe, std::min<int64_t>(4096, max_prefill));
     break;
   }
@@ -333,11 +422,10 @@ void run(const KernelArgs& k) {
                                    "inside a sample";
   json& out = ctx.out;
   start_report(ctx, "plumb_kernel_bench", synthetic, weights);
-  out["options"] = {{"batches", batches},
-                    {"tokens", k.tokens},
-                    {"repeats", k.repeats},
-                    {"seed", a.seed},
-                    {"tensor_rate_tflops", ctx.tensor_rate ? json(a.tensor_rate_tflops) : json(nullptr)}};
+  out["options"] = {
+      {"batches", batches},   {"tokens", k.tokens},
+      {"repeats", k.repeats}, {"moe_variants", k.moe_variants},
+      {"seed", a.seed},       {"tensor_rate_tflops", ctx.tensor_rate ? json(a.tensor_rate_tflops) : json(nullptr)}};
   out["formulas"] = {
       {"floor",
        "bytes / copy bandwidth (memory-bound) or FLOPs / tensor rate (compute-bound); fraction = floor / time"},
@@ -347,7 +435,7 @@ void run(const KernelArgs& k) {
   const Qwen3NextModel model = synthetic_model(c, be, a.seed, weights, /*mtp=*/false);
   be.synchronize();
   out["kernels"] = json::object();
-  bench_kernels(ctx, model.weights(), batches, k.tokens);
+  bench_kernels(ctx, model.weights(), batches, k.tokens, k.moe_variants);
   fmt::print("\n");
   print_table(ctx.rows);
   fmt::print("\nfloor: bytes / copy bandwidth measured above ({}){}; of floor = floor / time.\n",
@@ -371,6 +459,8 @@ int main(int argc, char** argv) {
   app.add_option("--batches", args.batches, "batch sizes of the decode kernels, comma-separated");
   app.add_option("--tokens", args.tokens, "tokens of the prefill kernels, and positions read by decode attention");
   app.add_option("--repeats", args.repeats, "timed samples per kernel");
+  app.add_flag("--moe-variants", args.moe_variants,
+               "time the decode MoE experts with each launch variant pinned too (CUDA)");
   app.add_option("--copy-mib", args.common.copy_mib, "copy-bandwidth buffer in MiB (default 2048; 64 on the cpu)");
   app.add_option("--tensor-rate-tflops", args.common.tensor_rate_tflops, "tensor-core rate for compute floors");
   app.add_option("--seed", args.common.seed, "seed of the synthetic weights");
