@@ -34,6 +34,7 @@ struct BenchArgs {
   TokenDraw draw;                   // every decode step's draw of each row (greedy unless --temperature)
   std::string speculative_tokens;   // draft tokens a step to time speculative steps at, comma-separated ("": none)
   double acceptance_length = 3.39;  // tokens a verifying step keeps on average (at most k + 1)
+  int64_t draft_vocab = 0;          // above 0: speculative steps also timed drafting among the first ids alone
   std::string constrained;          // a tokenizer folder: also time steps whose draws keep to a JSON grammar over it
 };
 

@@ -72,6 +72,7 @@ GenerateOptions ChatSession::options_for(int64_t prompt_tokens) const {
   o.sampling.seed += turns_;
   o.stop_ids = stop_ids_;
   o.speculative_tokens = options_.speculative_tokens;
+  o.draft_vocab = options_.draft_vocab;
   return o;
 }
 

@@ -20,6 +20,7 @@ struct ChatOptions {
   std::string model_dir;
   int64_t max_tokens = 512;        // per answer; fewer where the context ends first
   int64_t speculative_tokens = 0;  // GenerateOptions::speculative_tokens
+  int64_t draft_vocab = 0;         // GenerateOptions::draft_vocab
   SamplingParams sampling;         // the seed of turn n is sampling.seed + n, so --seed reproduces a whole chat
   bool quiet = false;              // no timings after each answer
 };

@@ -24,6 +24,7 @@
 #include "cli/parse.h"
 #include "core/error.h"
 #include "engine/runner.h"
+#include "engine/speculative.h"
 #include "engine/step_graphs.h"
 #include "model/qwen3_next.h"
 #include "model/synthetic_weights.h"
@@ -201,6 +202,7 @@ void run_bench(const BenchArgs& a) {
       a.speculative_tokens.empty() ? std::vector<int64_t>{} : parse_sizes(a.speculative_tokens, "--speculative-tokens");
   for (int64_t k : speculative)
     PLUMB_CHECK(k <= kMaxSpeculativeTokens, "--speculative-tokens: {} is above {}", k, kMaxSpeculativeTokens);
+  check_draft_vocab(synthetic_config(a.model).config, a.draft_vocab, speculative.empty() ? 0 : 1);
   PLUMB_CHECK(std::isfinite(a.acceptance_length) && a.acceptance_length >= 1.0,
               "--acceptance-length must be at least 1, got {}", a.acceptance_length);
   PLUMB_CHECK(a.constrained.empty() || a.device != "cpu",
@@ -297,7 +299,11 @@ void run_bench(const BenchArgs& a) {
         "the rollback of rows not kept by a swap of state slots), verifications replayed from a graph (unless "
         "--no-graphs), the head's steps eager, synchronized; the kept rows are set to the acceptance length; "
         "tok/s = B * tokens kept a step / step; of floor = a plain step's floor / (step / tokens kept a step); "
-        "verification: the same steps with drafts given (no head on the device), the head's drafts the rest.\n");
+        "verification: the same steps with drafts given (no head on the device), the head's drafts the rest{}.\n",
+        a.draft_vocab > 0 ? fmt::format("; drafts < {}: the same steps drafting among ids [0, {}) alone (each "
+                                        "draft step reads those lm_head rows), at the same acceptance",
+                                        a.draft_vocab, a.draft_vocab)
+                          : std::string());
   write_json(a.json_path, out);
 }
 
@@ -335,6 +341,9 @@ void register_bench_commands(CLI::App& app) {
                     "also time speculative decode steps drafting this many tokens, comma-separated (1-8)");
   bench->add_option("--acceptance-length", args->acceptance_length,
                     "tokens a speculative step keeps on average (capped at k + 1; 3.39: Qwen3.5's measured at k = 3)");
+  bench->add_option("--draft-vocab", args->draft_vocab,
+                    "with --speculative-tokens: also time each speculative step drafting among the first N token ids "
+                    "alone, at the same acceptance");
   bench->add_option("--constrained", args->constrained,
                     "also time decode steps whose every row keeps to a JSON object grammar over this folder's "
                     "tokenizer.json (structured output; needs --device cuda)");

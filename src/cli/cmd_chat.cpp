@@ -82,6 +82,7 @@ void run_chat(const ChatArgs& a) {
   GenerateOptions speculation;
   speculation.max_tokens = 0;
   speculation.speculative_tokens = a.chat.speculative_tokens;
+  speculation.draft_vocab = a.chat.draft_vocab;
   check_generation(load_model_config(a.chat.model_dir), 1, speculation);  // the flag, before the model loads
   LoadOptions load;
   load.check_weights = a.check_weights;
@@ -123,6 +124,7 @@ void register_chat_commands(CLI::App& app) {
   chat->add_option("--system", args->system, "system prompt (/system TEXT changes it during the chat)");
   chat->add_option("--max-tokens", args->chat.max_tokens, "most tokens of one answer");
   chat->add_option("--speculative-tokens", args->chat.speculative_tokens, kSpeculativeTokensHelp);
+  chat->add_option("--draft-vocab", args->chat.draft_vocab, kDraftVocabHelp);
   // A chat samples by default, as llama.cpp's does: greedy answers repeat themselves (and small models loop).
   args->chat.sampling.temperature = 0.8f;
   args->chat.sampling.top_p = 0.9f;

@@ -125,6 +125,7 @@ struct GenerateArgs {
   std::string ids, prompt, chat, device = "cpu", stop_ids;
   int64_t max_tokens = 32;
   int64_t speculative_tokens = 0;
+  int64_t draft_vocab = 0;
   SamplingParams sampling;
   bool print_ids = false, ignore_eos = false, hash = false, check_weights = false;
   bool quiet = false;    // no notices or timings on stderr
@@ -164,6 +165,7 @@ void run_generate(const GenerateArgs& a) {
   options.max_tokens = a.max_tokens;
   options.sampling = a.sampling;
   options.speculative_tokens = a.speculative_tokens;
+  options.draft_vocab = a.draft_vocab;
   // A synthetic model has no folder, so no eos ids: it stops at --stop-ids or --max-tokens.
   if (!a.stop_ids.empty())
     options.stop_ids = parse_token_ids(a.stop_ids, "--stop-ids", vocab);
@@ -240,6 +242,7 @@ void register_model_commands(CLI::App& app) {
   gen->add_option("--chat", gen_args->chat, "a user message, formatted with the model folder's chat template");
   gen->add_option("--max-tokens", gen_args->max_tokens, "most tokens to generate");
   gen->add_option("--speculative-tokens", gen_args->speculative_tokens, kSpeculativeTokensHelp);
+  gen->add_option("--draft-vocab", gen_args->draft_vocab, kDraftVocabHelp);
   CLI::Option* seed = add_sampling_options(*gen, gen_args->sampling);
   gen->add_option("--stop-ids", gen_args->stop_ids,
                   "token ids that end generation, comma-separated (default: the model's eos ids)");

@@ -43,6 +43,7 @@ struct ServeArgs {
   int64_t max_queue = 256;
   int64_t prefill_chunk = 64;  // the chunked delta rule's chunk, so prefill calls split no chunk
   int64_t speculative_tokens = 0;
+  int64_t draft_vocab = 0;       // --draft-vocab: MtpDrafter's vocabulary (0: every id)
   bool adaptive_drafts = false;  // --adaptive-drafts: each step's drafts chosen by DraftPolicy, up to the tokens
   int64_t kv_pages = 0;          // pages of kKvPageSize positions; 0: from kv_cache_gib, or a full context per slot
   double kv_cache_gib = 0.0;     // memory reserved for the KV cache at start; 0: pages allocated as sequences grow
@@ -89,6 +90,8 @@ void check_split_args(const ServeArgs& a) {
   PLUMB_CHECK(a.prefix_cache_stride > 0 && a.prefix_cache_stride % kKvPageSize == 0,
               "--prefix-cache-stride {}: the stride must be a positive multiple of {} tokens", a.prefix_cache_stride,
               kKvPageSize);
+  // A rank holds a share of the lm_head's rows, not the vocabulary's first ids.
+  PLUMB_CHECK(a.draft_vocab == 0, "--tensor-parallel {}: --draft-vocab drafts on one device only", a.tensor_parallel);
   PLUMB_CHECK(a.kv_cache_gib == 0.0, "--tensor-parallel {}: KV pages are counted with --kv-pages, not --kv-cache-gib",
               a.tensor_parallel);
 }
@@ -138,6 +141,7 @@ void run_serve(const ServeArgs& a) {
   PLUMB_CHECK(a.speculative_tokens >= 0 && a.speculative_tokens <= kMaxSpeculativeTokens,
               "--speculative-tokens must be in 0..{}, got {}", kMaxSpeculativeTokens, a.speculative_tokens);
   PLUMB_CHECK(!a.adaptive_drafts || a.speculative_tokens > 0, "--adaptive-drafts needs --speculative-tokens K");
+  check_draft_vocab(a.model.config(), a.draft_vocab, a.speculative_tokens);
   check_split_args(a);
   const auto backend = make_backend(a.device);
   // Quiet: stderr is the server's log, and a budget refused after the load stays its one line.
@@ -169,7 +173,7 @@ void run_serve(const ServeArgs& a) {
     runner = split_runner(a, model, memory);
   } else {
     auto model_runner = std::make_unique<ModelRunner>(model, a.max_batch, graph_options(a));
-    if (a.speculative_tokens > 0) model_runner->enable_drafting(std::make_unique<MtpDrafter>(model));
+    if (a.speculative_tokens > 0) model_runner->enable_drafting(std::make_unique<MtpDrafter>(model, a.draft_vocab));
     memory = reserve_serve_memory({a.device, a.max_batch, static_cast<int32_t>(a.speculative_tokens),
                                    scheduler.step_tokens, a.kv_pages, a.kv_cache_gib, a.gpu_memory_utilization,
                                    a.no_prefix_cache ? 0.0 : a.prefix_cache_gib.value_or(-1.0), a.prefix_cache_stride},
@@ -232,6 +236,7 @@ void register_serve_commands(CLI::App& app) {
                     "threads running requests (streams hold one each); more complete requests wait");
   serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens a sequence runs per step");
   serve->add_option("--speculative-tokens", args->speculative_tokens, kSpeculativeTokensHelp);
+  serve->add_option("--draft-vocab", args->draft_vocab, kDraftVocabHelp);
   serve->add_flag("--adaptive-drafts", args->adaptive_drafts,
                   "with --speculative-tokens K: give each step's decoding requests the drafts (0 to K) whose steps "
                   "made the most tokens a second at that batch size, as measured while serving");

@@ -178,7 +178,7 @@ void check_continuation(const SequenceState& state, const std::vector<int32_t>& 
 GenerateResult decode(const Qwen3NextModel& model, SequenceState state, const std::vector<int32_t>& prompt,
                       const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
   if (options.speculative_tokens == 0) return run_generation(model, std::move(state), prompt, options, on_token);
-  MtpDrafter drafter(model);
+  MtpDrafter drafter(model, options.draft_vocab);
   return run_speculative(model, std::move(state), prompt, options, drafter, on_token);
 }
 
@@ -190,6 +190,7 @@ void check_generation(const ModelConfig& config, int64_t prompt_tokens, const Ge
   const Sampler validated(options.sampling);  // its constructor checks the parameters
   PLUMB_CHECK(options.speculative_tokens >= 0 && options.speculative_tokens <= kMaxSpeculativeTokens,
               "speculative tokens must be in 0..{}, got {}", kMaxSpeculativeTokens, options.speculative_tokens);
+  check_draft_vocab(config, options.draft_vocab, options.speculative_tokens);
   const int64_t context = config.max_position_embeddings;
   PLUMB_CHECK(prompt_tokens < context && options.max_tokens <= context - prompt_tokens,
               "max tokens {} after a prompt of {} tokens exceeds the model's context of {} tokens (at most {} here)",

@@ -21,6 +21,9 @@ struct GenerateOptions {
   // Draft tokens per step for speculative decoding (engine/speculative.h), 0 to 8; 0 decodes one token a step. The
   // tokens are the same either way.
   int64_t speculative_tokens = 0;
+  // The drafts' vocabulary: ids [0, draft_vocab) (MtpDrafter), 0 for all of the model's. Only how many drafts are kept
+  // depends on it, never a token.
+  int64_t draft_vocab = 0;
 };
 
 enum class FinishReason { kLength, kStop };

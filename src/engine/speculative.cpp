@@ -8,10 +8,18 @@
 
 namespace plumb {
 
-MtpDrafter::MtpDrafter(const Qwen3NextModel& model) : model_(model) {
+void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab, int64_t speculative_tokens) {
+  PLUMB_CHECK(draft_vocab >= 0 && draft_vocab <= config.vocab_size,
+              "--draft-vocab {}: the drafts' vocabulary must be 1 to the model's {} ids (0: all of them)", draft_vocab,
+              config.vocab_size);
+  PLUMB_CHECK(draft_vocab == 0 || speculative_tokens > 0, "--draft-vocab needs --speculative-tokens K");
+}
+
+MtpDrafter::MtpDrafter(const Qwen3NextModel& model, int64_t vocab) : model_(model), vocab_(vocab) {
   PLUMB_CHECK(model.has_mtp(),
               "speculative decoding drafts with the model's multi-token-prediction head (mtp.*), which was not "
               "loaded");
+  check_draft_vocab(model.config(), vocab, 1);
 }
 
 DeviceDrafts Drafter::propose_on_device(const std::vector<DraftRequest>& batch, Backend& backend) {
@@ -101,9 +109,10 @@ DeviceDrafts MtpDrafter::propose_on_device(const std::vector<DraftRequest>& batc
   // The draft steps chain on the device: a step's draws are the next step's tokens, so no step waits for the host.
   // Which request drafts at which step is known from the counts alone: step i runs the requests that want more than
   // i drafts.
-  Tensor last_hidden;                                                // [live, H] each live one's normed last-row state
-  Tensor best = argmax(model_.draft(inputs, hidden, &last_hidden));  // [live] each live one's next draft
-  std::vector<size_t> live(served.size());                           // [rows of best and last_hidden]: into served
+  Tensor last_hidden;  // [live, H] each live one's normed last-row state
+  Tensor best =
+      argmax(model_.draft(inputs, hidden, &last_hidden, nullptr, vocab_));  // [live] each live one's next draft
+  std::vector<size_t> live(served.size());  // [rows of best and last_hidden]: into served
   std::iota(live.begin(), live.end(), size_t{0});
   std::vector<Tensor> step_drafts;             // [steps] each step's `best`
   std::vector<std::vector<size_t>> step_rows;  // [steps] whose draft each row of it is
@@ -138,7 +147,7 @@ DeviceDrafts MtpDrafter::propose_on_device(const std::vector<DraftRequest>& batc
       next.push_back({batch[served[s]].state, next_position[s]++, {0}});
       next_live.push_back(s);
     }
-    best = argmax(model_.draft(next, previous, &last_hidden, &ids));
+    best = argmax(model_.draft(next, previous, &last_hidden, &ids, vocab_));
     live = std::move(next_live);
   }
   // Every request's drafts together, request after request: step i's row m is draft i of served request

@@ -57,15 +57,26 @@ class Drafter {
 // The head's own cache must hold every position before `from`: it does for a sequence that ran all its tokens through
 // this drafter (SequenceState::draft_position). A sequence that did not, such as one continued from a plain run, gets
 // no drafts and decodes one token a step.
+//
+// With a drafting vocabulary of `vocab` ids (above 0), drafts are the argmax over ids [0, vocab) alone, so each draft
+// step reads only those rows of the lm_head (1 GB in BF16 on Qwen3.5's vocabulary of 248,320, most of a B = 1 draft
+// step's bytes). A draft beyond them is never proposed, which can only lower how many drafts are kept: the tokens
+// are verified as always, so they stay plain decoding's. Byte-level BPE vocabularies such as Qwen's number their
+// tokens in merge order, so their first ids are roughly the most frequent.
+// Checks a drafting vocabulary (MtpDrafter's `vocab`) before a model loads: 0 (all ids), or 1 to the model's
+// vocabulary size where speculative_tokens drafts are made.
+void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab, int64_t speculative_tokens);
+
 class MtpDrafter : public Drafter {
  public:
-  explicit MtpDrafter(const Qwen3NextModel& model);
+  explicit MtpDrafter(const Qwen3NextModel& model, int64_t vocab = 0);
   std::vector<std::vector<int32_t>> propose(const std::vector<DraftRequest>& batch) override;
   // `backend` must be the model's.
   DeviceDrafts propose_on_device(const std::vector<DraftRequest>& batch, Backend& backend) override;
 
  private:
   const Qwen3NextModel& model_;
+  int64_t vocab_;  // the drafting vocabulary's ids; 0: all of the model's
 };
 
 }  // namespace plumb

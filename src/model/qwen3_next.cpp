@@ -237,11 +237,13 @@ Tensor Qwen3NextModel::forward(const std::vector<SequenceInput>& batch, LogitsRo
 }
 
 Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden,
-                             const Tensor* ids) const {
+                             const Tensor* ids, int64_t vocab) const {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size;
   PLUMB_CHECK(weights_.mtp.has_value(), "draft: the model was loaded without its multi-token-prediction head");
   PLUMB_CHECK(!batch.empty(), "draft: no sequences");
+  PLUMB_CHECK(vocab >= 0 && vocab <= c.vocab_size, "draft: a drafting vocabulary of {} ids, outside 1..{} (0: all)",
+              vocab, c.vocab_size);
   const MtpWeights& m = *weights_.mtp;
   std::vector<SequenceState*> states;
   std::vector<int64_t> starts;
@@ -274,11 +276,11 @@ Tensor Qwen3NextModel::draft(const std::vector<DraftInput>& batch, const Tensor&
   attention_layer(m.layer, static_cast<size_t>(c.num_layers), plan, normed, mixed, GdnAlgorithm::kChunked);
   if (!last_hidden) return Tensor();  // the keys and values are written: nothing past them is wanted
   mlp_layer(m.layer, x, nullptr, normed, mixed);
-  return logits_of(x, plan.layout, LogitsRows::kLast, m.norm, nullptr, last_hidden);
+  return logits_of(x, plan.layout, LogitsRows::kLast, m.norm, nullptr, last_hidden, vocab);
 }
 
 Tensor Qwen3NextModel::logits_of(const Tensor& hidden, const BatchRows& layout, LogitsRows rows, const Tensor& norm,
-                                 Tensor* normed_all, Tensor* normed_rows) const {
+                                 Tensor* normed_all, Tensor* normed_rows, int64_t vocab) const {
   const int64_t H = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   // The norm is per row, so norming every row and then picking some gives the bits of picking them first.
@@ -305,8 +307,10 @@ Tensor Qwen3NextModel::logits_of(const Tensor& hidden, const BatchRows& layout, 
     backend_.rms_norm(picked, norm, eps, NormWeight::kZeroCentred, normed);
   }
   if (normed_rows) *normed_rows = normed;
-  Tensor logits = backend_.empty(DType::kF32, {normed.dim(0), config_.vocab_size});  // [T or sequences, V]
-  backend_.linear(normed, weights_.lm_head, logits);
+  // The first ids' logits are the lm_head's first rows' products: the rows alone are read.
+  const Tensor lm_head = vocab > 0 ? weights_.lm_head.rows(0, vocab) : weights_.lm_head;  // [V or vocab, H]
+  Tensor logits = backend_.empty(DType::kF32, {normed.dim(0), lm_head.dim(0)});  // [T or sequences, V or vocab]
+  backend_.linear(normed, lm_head, logits);
   return logits;
 }
 

@@ -137,9 +137,10 @@ class Qwen3NextModel {
   // MLP, norm and lm_head are skipped (rows whose drafts nobody wants) and the result is empty. Sequence states'
   // positions do not move. With `ids` ([Σ T] I32 in the backend's memory, such as the draws of the step before),
   // the rows take their tokens from it, and each input's ids give only its number of rows: a draft step follows
-  // the one before without its tokens visiting the host.
+  // the one before without its tokens visiting the host. With `vocab` above 0, the logits are those of the first
+  // `vocab` ids alone, [sequences, vocab]: the lm_head's first rows, read alone (a drafting vocabulary; 0: all V).
   Tensor draft(const std::vector<DraftInput>& batch, const Tensor& hidden, Tensor* last_hidden,
-               const Tensor* ids = nullptr) const;
+               const Tensor* ids = nullptr, int64_t vocab = 0) const;
 
  private:
   // A sequence at position 0 holding `slot`, with pages for `reserve_tokens`.
@@ -163,10 +164,11 @@ class Qwen3NextModel {
                        GdnAlgorithm rule) const;
   // The MLP half of a decoder layer: hidden ← hidden + MLP(normed), then `next_norm`'s RMSNorm into normed.
   void mlp_layer(const LayerWeights& w, Tensor& hidden, const Tensor* next_norm, Tensor& normed, Tensor& mixed) const;
-  // The logits of `rows` of hidden [T, H] after `norm`, [T or sequences, V]. With `normed_all`, every row's normed
-  // state goes there ([T, H]); with `normed_rows`, those of the rows whose logits were taken.
+  // The logits of `rows` of hidden [T, H] after `norm`, [T or sequences, V], or of the first `vocab` ids alone
+  // (above 0). With `normed_all`, every row's normed state goes there ([T, H]); with `normed_rows`, those of the rows
+  // whose logits were taken.
   Tensor logits_of(const Tensor& hidden, const BatchRows& layout, LogitsRows rows, const Tensor& norm,
-                   Tensor* normed_all, Tensor* normed_rows) const;
+                   Tensor* normed_all, Tensor* normed_rows, int64_t vocab = 0) const;
 
   void gated_deltanet(const GdnWeights& w, const std::vector<Tensor*>& conv_states,
                       const std::vector<Tensor*>& recurrent_states, const StateTrails& conv_trails,

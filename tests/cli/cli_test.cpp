@@ -215,7 +215,19 @@ TEST_F(Cli, GenerateWithSpeculativeTokensMakesTheSameTokens) {
       EXPECT_THAT(speculative.err,
                   MatchesRegex("(.|\n)*plumb: speculative decoding: [0-9]+ of [0-9]+ drafts kept(.|\n)*"));
     }
+    // Drafts among the first ids alone (one id: every draft is token 0): fewer may be kept, the tokens are the same.
+    for (const char* vocab : {"1", "50"}) {
+      const Outcome among = run(args + " --speculative-tokens 3 --draft-vocab " + vocab);
+      ASSERT_EQ(among.status, 0) << among.err;
+      EXPECT_EQ(among.out, plain.out) << "--draft-vocab " << vocab << sampling;
+    }
   }
+  expect_clean_failure(run("generate --model " + with_head + " --ids 3 --draft-vocab 5"),
+                       "--draft-vocab needs --speculative-tokens K");
+  expect_clean_failure(run("generate --model " + with_head + " --ids 3 --speculative-tokens 2 --draft-vocab 100000"),
+                       "--draft-vocab 100000: the drafts' vocabulary must be 1 to the model's");
+  expect_clean_failure(run("serve --model " + with_head + " --port 0 --speculative-tokens 2 --draft-vocab -1"),
+                       "--draft-vocab -1: the drafts' vocabulary must be 1 to the model's");
   expect_clean_failure(run("generate --model " + model_ + " --ids 3 --speculative-tokens 2"), "mtp_num_hidden_layers");
   expect_clean_failure(run("generate --model " + with_head + " --ids 3 --speculative-tokens 9"),
                        "speculative tokens must be in 0..8, got 9");
@@ -517,10 +529,11 @@ TEST_F(Cli, BenchTimesSpeculativeStepsAtTheAcceptanceAsked) {
   const std::string json_path = dir_ + "/bench.json";
   const Outcome r =
       run("bench --device cpu --synthetic --model tiny --batches 1,2 --prefill 16 --steps 4 --warmup 1 "
-          "--speculative-tokens 1,3 --acceptance-length 2.5 --json " +
+          "--speculative-tokens 1,3 --acceptance-length 2.5 --draft-vocab 64 --json " +
           json_path);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("speculative step  B=2, k=3, accept 2.50"));
+  EXPECT_THAT(r.out, HasSubstr("  drafts < 64     B=2, k=3, accept 2.50"));
   std::ifstream file(json_path);
   const nlohmann::json j = nlohmann::json::parse(file);
   ASSERT_EQ(j["speculative"].size(), 4u);
@@ -531,12 +544,16 @@ TEST_F(Cli, BenchTimesSpeculativeStepsAtTheAcceptanceAsked) {
     EXPECT_GE(row["tokens_per_step"].get<double>(), 2.0);
     EXPECT_LE(row["tokens_per_step"].get<double>(), std::min(3.0, static_cast<double>(k + 1)));
     EXPECT_GT(row["speedup"].get<double>(), 0.0);
+    EXPECT_EQ(row["draft_vocab"]["ids"], 64);
+    EXPECT_EQ(row["draft_vocab"]["drafted"], row["drafted"]) << "the same steps, drafting among 64 ids";
   }
   expect_clean_failure(run("bench --device cpu --synthetic --model tiny --speculative-tokens 9"),
                        "--speculative-tokens: 9 is above 8");
   expect_clean_failure(
       run("bench --device cpu --synthetic --model tiny --speculative-tokens 2 --acceptance-length 0.5"),
       "--acceptance-length must be at least 1, got 0.5");
+  expect_clean_failure(run("bench --device cpu --synthetic --model tiny --draft-vocab 64"),
+                       "--draft-vocab needs --speculative-tokens K");
 }
 
 // plumb bench --constrained times the runner's draws with allowed tokens, which only a GPU runner makes; its folder's

@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -88,6 +90,14 @@ class MtpHead : public ::testing::Test {
     options.mtp = mtp;
     return open_model(dir_, backend_, options);
   }
+  // Hidden states [T, H] of standard normal values, as a main model's final norm gives them roughly.
+  static Tensor random_hidden(int64_t T, int64_t H, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    Tensor hidden = Tensor::zeros(DType::kF32, {T, H});
+    for (int64_t i = 0; i < T * H; ++i) hidden.f32()[i] = dist(rng);
+    return hidden;
+  }
   static test::NamedTensor& tensor(std::vector<test::NamedTensor>& tensors, const std::string& name) {
     for (test::NamedTensor& t : tensors)
       if (t.name == name) return t;
@@ -158,10 +168,7 @@ TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
   const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 22));
   const int64_t T = 9, H = model.config().hidden_size;
   const std::vector<int32_t> ids = test::random_ids(6, T, model.config().vocab_size);
-  std::mt19937_64 rng(8);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Tensor hidden = Tensor::zeros(DType::kF32, {T, H});  // [T, H]
-  for (int64_t i = 0; i < T * H; ++i) hidden.f32()[i] = dist(rng);
+  const Tensor hidden = random_hidden(T, H, 8);  // [T, H]
 
   SequenceState whole = model.new_sequence(T), rows = model.new_sequence(T);
   Tensor whole_hidden, row_hidden;
@@ -188,6 +195,59 @@ TEST_F(MtpHead, DraftsTheSameBitsInOneCallAsRowByRow) {
                                                             hidden.rows(T - 1, T), &last_hidden)),
                               whole_logits));
   EXPECT_TRUE(test::same_bits(last_hidden, whole_hidden));
+}
+
+// Drafting among the first ids reads only those rows of the lm_head: the head's logits there are the whole
+// vocabulary's first columns, bit for bit, and every draft is their argmax, so below the drafting vocabulary's end.
+// Speculation with it makes plain decoding's tokens, greedy or sampled.
+TEST_F(MtpHead, DraftsAmongTheFirstIdsAreTheArgmaxOfTheirLogits) {
+  const nlohmann::json config = config_with_head(false);
+  const Qwen3NextModel model = open(config, test::synthetic_tensors(config, 26));
+  const int64_t T = 5, H = model.config().hidden_size, V = model.config().vocab_size, N = 37;
+  const std::vector<int32_t> ids = test::random_ids(9, T, V);
+  const Tensor hidden = random_hidden(T, H, 11);  // [T, H]
+
+  SequenceState all = model.new_sequence(T), first = model.new_sequence(T);
+  Tensor all_hidden, first_hidden;
+  const Tensor all_logits = backend_.download(model.draft({DraftInput{&all, 0, ids}}, hidden, &all_hidden));  // [1, V]
+  const Tensor first_logits =
+      backend_.download(model.draft({DraftInput{&first, 0, ids}}, hidden, &first_hidden, nullptr, N));  // [1, N]
+  ASSERT_EQ(first_logits.shape(), (Shape{1, N}));
+  EXPECT_EQ(std::memcmp(first_logits.data(), all_logits.data(), N * sizeof(float)), 0);
+  EXPECT_TRUE(test::same_bits(first_hidden, all_hidden));
+  const auto best = static_cast<int32_t>(std::max_element(first_logits.f32(), first_logits.f32() + N) -
+                                         first_logits.f32());  // the first of equal maxima: ties to the lower id
+
+  for (const int64_t vocab : {int64_t{1}, N}) {
+    SequenceState s = model.new_sequence(T);
+    MtpDrafter drafter(model, vocab);
+    const std::vector<std::vector<int32_t>> drafts = drafter.propose({DraftRequest{&s, 0, ids, hidden, 3}});
+    ASSERT_EQ(drafts.size(), 1u);
+    ASSERT_EQ(drafts[0].size(), 3u);
+    for (const int32_t d : drafts[0]) EXPECT_TRUE(d >= 0 && d < vocab) << d << " drafted among " << vocab << " ids";
+    if (vocab == N) {
+      EXPECT_EQ(drafts[0][0], best);
+    }
+  }
+  test::expect_error_naming([&] { MtpDrafter(model, V + 1); }, "the model's " + std::to_string(V) + " ids");
+  test::expect_error_naming([&] { MtpDrafter(model, -1); }, "--draft-vocab -1");
+
+  for (const float temperature : {0.0f, 0.8f}) {
+    GenerateOptions plain;
+    plain.max_tokens = 30;
+    plain.sampling.temperature = temperature;
+    plain.sampling.seed = 5;
+    const std::vector<int32_t> prompt = test::random_ids(12, 20, V);
+    const GenerateResult want = generate(model, prompt, plain);
+    for (const int64_t vocab : {int64_t{1}, N, V}) {
+      GenerateOptions options = plain;
+      options.speculative_tokens = 3;
+      options.draft_vocab = vocab;
+      const GenerateResult got = generate(model, prompt, options);
+      EXPECT_EQ(got.tokens, want.tokens) << "drafts among " << vocab << " ids, temperature " << temperature;
+      EXPECT_EQ(state_hashes(model, got.state), state_hashes(model, want.state));
+    }
+  }
 }
 
 // With the layer's attention and MLP outputs zeroed, the head is lm_head(norm(fc([norm(embed(id)) | norm(h)]))):
