@@ -21,7 +21,8 @@
 #           kernels one at a time, CUDA-event timed) for both model shapes, plus torch's BF16 matmul rate as the ceiling
 # speculative  plumb bench --speculative-tokens 1,2,3,4 --batches 1,16,64 (35B shapes): a drafting runner's steps at
 #           the acceptance length 3.39 (capped at K + 1), each with its verification alone (drafts given by the
-#           host), beside the plain decode step of the same run
+#           host), and drafting among the first 32768 ids alone (--draft-vocab), beside the plain decode step of the
+#           same run
 # constrained  plumb bench --constrained .cache/qwen3-tokenizer --batches 1,64 (35B shapes): a serving runner's decode
 #           steps with every row's draw kept to a JSON object grammar over Qwen3's vocabulary (the masks made on the
 #           host while the GPU runs the step), beside its unconstrained steps. The tokenizer folder (11 MB) does not
@@ -187,7 +188,8 @@ if want speculative; then
   echo "== plumb bench --speculative-tokens: drafting steps at a set acceptance length (35B shapes)"
   timeout 300 "$plumb" bench --device cuda --synthetic --model qwen3.5-35b-a3b --batches 1,16,64 --prefill 64 \
     --prefill-repeats 1 --steps 10 --warmup 3 --speculative-tokens 1,2,3,4 --acceptance-length 3.39 \
-    --copy-mib 1024 --commit "$commit" --json "$out/bench_speculative.json" 2>&1 | tee "$out/bench_speculative.log"
+    --draft-vocab 32768 --copy-mib 1024 --commit "$commit" --json "$out/bench_speculative.json" 2>&1 |
+    tee "$out/bench_speculative.log"
   record speculative "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
 
