@@ -307,10 +307,11 @@ Tensor Qwen3NextModel::logits_of(const Tensor& hidden, const BatchRows& layout, 
     backend_.rms_norm(picked, norm, eps, NormWeight::kZeroCentred, normed);
   }
   if (normed_rows) *normed_rows = normed;
-  // The first ids' logits are the lm_head's first rows' products: the rows alone are read.
-  const Tensor lm_head = vocab > 0 ? weights_.lm_head.rows(0, vocab) : weights_.lm_head;  // [V or vocab, H]
-  Tensor logits = backend_.empty(DType::kF32, {normed.dim(0), lm_head.dim(0)});  // [T or sequences, V or vocab]
-  backend_.linear(normed, lm_head, logits);
+  // The first ids' logits are the lm_head's first rows' products: the rows alone are read. (A rank of a split model
+  // holds a share of the lm_head's rows and gives the whole vocabulary's logits: V, not its rows, sizes them.)
+  const int64_t width = vocab > 0 ? vocab : config_.vocab_size;
+  Tensor logits = backend_.empty(DType::kF32, {normed.dim(0), width});  // [T or sequences, V or vocab]
+  backend_.linear(normed, vocab > 0 ? weights_.lm_head.rows(0, vocab) : weights_.lm_head, logits);
   return logits;
 }
 
