@@ -33,6 +33,7 @@
 #ifdef PLUMB_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/device_limits.h"
+#include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/launch_choices.h"
 #endif
 
@@ -337,7 +338,7 @@ void bench_moe_experts_decode(KernelContext& ctx, const MoeWeights& w, int64_t T
     std::set<std::string> timed;
     for (const cuda::LinearVariant& v : cuda::linear_variants(w_type, T * k, cuda::LinearRows::kGrouped)) {
       if (cuda::linear_tile_features(v.shape) != 0 || v.k_split == cuda::kLinearSplitEverySlice) continue;
-      if (v.shape != cuda::choose_linear_shape(w_type, std::min(T * k, 2 * ((T * k + E - 1) / E)), T * k,
+      if (v.shape != cuda::choose_linear_shape(w_type, cuda::moe_rows_per_expert(T * k, E), T * k,
                                                w.experts.gate_up.dim(1), false, cuda::device_limits()))
         continue;
       for (int32_t split : {1, 2, 4, 8, 16}) {
@@ -415,6 +416,8 @@ void run(const KernelArgs& k) {
   const SyntheticWeights weights = setup.weights;
   const ModelConfig& c = synthetic.config;
   Backend& be = *setup.backend;
+  PLUMB_CHECK(!k.moe_variants || be.device() != Device::kCpu,
+              "--moe-variants pins the CUDA backend's launch variants: it needs --device cuda");
   KernelContext ctx(k, be, c);
   const std::string timing = be.device() == Device::kCpu
                                  ? "wall clock between backend.synchronize() calls"

@@ -216,9 +216,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   expect_int32(hidden, op, "hidden size");
   if (tokens == 0) return;
 
-  // One shape for both products (their row tiles come from one grouping), chosen by a typical expert's rows: the
-  // grouping gives every expert its own tiles, so rows per expert, not per call, decide how full a tile is.
-  const int64_t rows_per_expert = std::min(pairs, 2 * ((pairs + num_experts - 1) / num_experts));
+  // One shape for both products (their row tiles come from one grouping), chosen by a typical expert's rows.
+  const int64_t rows_per_expert = cuda::moe_rows_per_expert(pairs, num_experts);
   const bool wgmma = cuda::linear_wgmma_runs();
   // A pinned variant (the op harness's hook) takes both products, which must share their row tiles.
   const cuda::LinearShape gate_up_shape =

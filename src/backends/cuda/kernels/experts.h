@@ -22,6 +22,14 @@ constexpr int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_row
   return by_expert < pairs ? by_expert : pairs;
 }
 
+// The rows a typical expert takes from `pairs` (token, slot) pairs over `experts` experts, which a grouped product's
+// launch shape is chosen by: the grouping gives every expert its own tiles, so rows per expert, not per call, decide
+// how full a tile is. Twice the even share (routing is uneven), at most every pair.
+constexpr int64_t moe_rows_per_expert(int64_t pairs, int64_t experts) {
+  const int64_t twice_share = 2 * ((pairs + experts - 1) / experts);
+  return pairs < twice_share ? pairs : twice_share;
+}
+
 // Where the grouping reports expert ids outside [0, experts): the lowest such pair p and its id, packed as
 // (p << 32) | uint32(id) by an integer atomicMin, so the report is the same whatever the timing. The host reads it
 // after the stream's work and turns it into an error (CudaBackend::synchronize).
