@@ -202,7 +202,8 @@ void run_bench(const BenchArgs& a) {
       a.speculative_tokens.empty() ? std::vector<int64_t>{} : parse_sizes(a.speculative_tokens, "--speculative-tokens");
   for (int64_t k : speculative)
     PLUMB_CHECK(k <= kMaxSpeculativeTokens, "--speculative-tokens: {} is above {}", k, kMaxSpeculativeTokens);
-  check_draft_vocab(synthetic_config(a.model).config, a.draft_vocab, speculative.empty() ? 0 : 1);
+  check_draft_vocab(synthetic_config(a.model).config, a.draft_vocab,
+                    speculative.empty() ? 0 : *std::max_element(speculative.begin(), speculative.end()));
   PLUMB_CHECK(std::isfinite(a.acceptance_length) && a.acceptance_length >= 1.0,
               "--acceptance-length must be at least 1, got {}", a.acceptance_length);
   PLUMB_CHECK(a.constrained.empty() || a.device != "cpu",

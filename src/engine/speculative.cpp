@@ -8,10 +8,14 @@
 
 namespace plumb {
 
-void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab, int64_t speculative_tokens) {
+void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab) {
   PLUMB_CHECK(draft_vocab >= 0 && draft_vocab <= config.vocab_size,
               "--draft-vocab {}: the drafts' vocabulary must be 1 to the model's {} ids (0: all of them)", draft_vocab,
               config.vocab_size);
+}
+
+void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab, int64_t speculative_tokens) {
+  check_draft_vocab(config, draft_vocab);
   PLUMB_CHECK(draft_vocab == 0 || speculative_tokens > 0, "--draft-vocab needs --speculative-tokens K");
 }
 
@@ -19,7 +23,7 @@ MtpDrafter::MtpDrafter(const Qwen3NextModel& model, int64_t vocab) : model_(mode
   PLUMB_CHECK(model.has_mtp(),
               "speculative decoding drafts with the model's multi-token-prediction head (mtp.*), which was not "
               "loaded");
-  check_draft_vocab(model.config(), vocab, 1);
+  check_draft_vocab(model.config(), vocab);
 }
 
 DeviceDrafts Drafter::propose_on_device(const std::vector<DraftRequest>& batch, Backend& backend) {

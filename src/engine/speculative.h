@@ -63,8 +63,10 @@ class Drafter {
 // step's bytes). A draft beyond them is never proposed, which can only lower how many drafts are kept: the tokens
 // are verified as always, so they stay plain decoding's. Byte-level BPE vocabularies such as Qwen's number their
 // tokens in merge order, so their first ids are roughly the most frequent.
-// Checks a drafting vocabulary (MtpDrafter's `vocab`) before a model loads: 0 (all ids), or 1 to the model's
-// vocabulary size where speculative_tokens drafts are made.
+// Checks a drafting vocabulary (MtpDrafter's `vocab`): 0 (all ids), or 1 to the model's vocabulary size.
+void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab);
+// The same for a command's flags, before the model loads, and a vocabulary only where speculative_tokens drafts are
+// made.
 void check_draft_vocab(const ModelConfig& config, int64_t draft_vocab, int64_t speculative_tokens);
 
 class MtpDrafter : public Drafter {
