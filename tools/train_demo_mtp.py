@@ -25,6 +25,7 @@ mtp_training.json beside them.
 import argparse
 import json
 import math
+import os
 import pathlib
 import struct
 import sys
@@ -34,15 +35,39 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 
 def read_safetensors(path):
-    """The header (name -> dtype, shape, data_offsets) and the data bytes of a safetensors file."""
-    raw = pathlib.Path(path).read_bytes()
+    """The header (name -> dtype, shape, data_offsets) and the data bytes of a safetensors file; exits naming the
+    file and what is wrong with it where it is missing, truncated or its header lies."""
+    try:
+        raw = pathlib.Path(path).read_bytes()
+    except OSError as e:
+        sys.exit(f"merge: cannot read {path}: {e.strerror}")
+    if len(raw) < 8:
+        sys.exit(f"merge: {path} is {len(raw)} bytes, too short for a safetensors header")
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    return header, raw[8 + n:]
+    if 8 + n > len(raw):
+        sys.exit(f"merge: {path}: its header claims {n} bytes, past the file's end ({len(raw)} bytes)")
+    try:
+        header = json.loads(raw[8:8 + n])
+    except ValueError as e:
+        sys.exit(f"merge: {path}: its header is not JSON ({e})")
+    data = raw[8 + n:]
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = t.get("data_offsets", [-1, -1]) if isinstance(t, dict) else (-1, -1)
+        if not 0 <= begin <= end <= len(data):
+            sys.exit(f"merge: {path}: tensor {name} lies outside the file's {len(data)} data bytes")
+    return header, data
 
 
 def merge(model_dir, head_dir):
     model_dir, head_dir = pathlib.Path(model_dir), pathlib.Path(head_dir)
+    config_path = model_dir / "config.json"
+    try:  # everything read before anything is written, so a bad input leaves the folder as it was
+        config = json.loads(config_path.read_text())
+        training = (head_dir / "mtp_training.json").read_text()
+    except (OSError, ValueError) as e:
+        sys.exit(f"merge: {e}")
     header, data = read_safetensors(model_dir / "model.safetensors")
     head_header, head_data = read_safetensors(head_dir / "mtp.safetensors")
     metadata = header.pop("__metadata__", None)
@@ -67,16 +92,16 @@ def merge(model_dir, head_dir):
         offset += len(blob)
     encoded = json.dumps(out_header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-    with open(model_dir / "model.safetensors", "wb") as f:
+    written = model_dir / "model.safetensors.merging"  # then renamed over the old file: never half a file
+    with open(written, "wb") as f:
         f.write(struct.pack("<Q", len(encoded)))
         f.write(encoded)
         for _, _, _, blob in tensors:
             f.write(blob)
-    config_path = model_dir / "config.json"
-    config = json.loads(config_path.read_text())
+    os.replace(written, model_dir / "model.safetensors")
     config["mtp_num_hidden_layers"] = 1
     config_path.write_text(json.dumps(config, indent=2) + "\n")
-    (model_dir / "mtp_training.json").write_text((head_dir / "mtp_training.json").read_text())
+    (model_dir / "mtp_training.json").write_text(training)
     print(f"merge: {len(head_header)} mtp.* tensors added to {model_dir}/model.safetensors")
 
 
