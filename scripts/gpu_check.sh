@@ -6,7 +6,8 @@
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
 #           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
-#           (bench/linear/cublas.py); then the same for FP8 weights (linear_bench --weights fp8)
+#           (bench/linear/cublas.py); then the same for FP8 weights (linear_bench --weights fp8); the weight streams'
+#           ceilings (stream_ceiling) and what the FP8 arithmetic costs a stream (fp8_stream_arith)
 # boundary  bench/step/phase_boundary.cu: what a dependency between two phases of a decode step costs as kernel
 #           launches replayed from a graph and as grid barriers in one persistent kernel (one-block phases and weight
 #           streams of the 35B products; the persistent one also with the next phase's weights in flight across
@@ -94,6 +95,9 @@ if want linear; then
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
   # What one launch of each size can reach by only reading its weights (bench/linear/stream_ceiling.cu).
   "$bin/stream_ceiling" "$out/stream_ceiling.json" 2>&1 | tee "$out/stream_ceiling.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || code=1
+  # What the widening and the MMAs cost an FP8 stream, beside E4M3 MMAs on the codes (bench/linear/fp8_stream_arith.cu).
+  "$bin/fp8_stream_arith" "$out/fp8_stream_arith.json" 2>&1 | tee "$out/fp8_stream_arith.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
   record linear "$([ "$code" = 0 ] && echo pass || echo FAIL)"
 fi

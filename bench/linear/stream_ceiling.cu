@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,7 +21,9 @@
 namespace {
 
 using plumb::bench::check;
-using plumb::bench::median_ms;
+using plumb::bench::Launch;
+using plumb::bench::time_phases;
+using plumb::bench::time_single;
 
 // Every warp streams its rows with R chunks in flight; the XOR of what it read goes to `sink` only when it equals a
 // value it never does, so no load is dead code.
@@ -102,34 +103,6 @@ struct BulkVariant {
   int stage_bytes, stages;
   BulkKernel kernel;
 };
-
-// One launch over copy i (rotating) on `stream`.
-using Launch = std::function<void(int i, cudaStream_t stream)>;
-
-// Median microseconds of one event-timed launch.
-float time_single(const Launch& launch, cudaStream_t stream) {
-  const float ms = median_ms(
-      5, 20, [&](int i) { launch(i, stream); }, stream);
-  check(cudaGetLastError(), "stream launch");
-  return ms * 1e3f;
-}
-
-// Median microseconds a launch adds as one of 32 back to back in a replayed CUDA graph: what a phase of a recorded
-// step costs, the launch's own latency hidden behind the one before as in plumb's step graphs.
-float time_phases(const Launch& launch, cudaStream_t stream) {
-  constexpr int kPhases = 32;
-  cudaGraph_t graph;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int i = 0; i < kPhases; ++i) launch(i, stream);
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  const float ms = median_ms(
-      2, 10, [&](int) { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); }, stream);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ms * 1e3f / kPhases;
-}
 
 struct Best {
   std::string how;

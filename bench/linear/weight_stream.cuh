@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "backends/cuda/kernels/ptx.cuh"
@@ -67,6 +68,34 @@ inline double copy_gbps() {
   cudaFree(src);
   cudaFree(dst);
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+}
+
+// One launch over copy i (rotating) on `stream`.
+using Launch = std::function<void(int i, cudaStream_t stream)>;
+
+// Median microseconds of one event-timed launch.
+inline float time_single(const Launch& launch, cudaStream_t stream) {
+  const float ms = median_ms(
+      5, 20, [&](int i) { launch(i, stream); }, stream);
+  check(cudaGetLastError(), "stream launch");
+  return ms * 1e3f;
+}
+
+// Median microseconds a launch adds as one of 32 back to back in a replayed CUDA graph: what a phase of a recorded
+// step costs, the launch's own latency hidden behind the one before as in plumb's step graphs.
+inline float time_phases(const Launch& launch, cudaStream_t stream) {
+  constexpr int kPhases = 32;
+  cudaGraph_t graph;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < kPhases; ++i) launch(i, stream);
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const float ms = median_ms(
+      2, 10, [&](int) { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); }, stream);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms * 1e3f / kPhases;
 }
 
 // The rows one warp of the grid streams from an [n, k] matrix: warp w takes rows [16 (w / split), + 16) over its
