@@ -8,6 +8,7 @@
 
 #include "backends/cuda/kernels/experts.h"
 #include "backends/cuda/kernels/linear.h"
+#include "backends/cuda/kernels/sample.h"
 #include "core/error.h"
 #include "op_harness.h"
 
@@ -277,9 +278,17 @@ void linear_fp8_codes_case(Context& c) {
 }
 
 // Router logits on a grid of 1/4: exact ties are common (so the tie rule is exercised), and distinct logits are far
-// enough apart that no rounding can reorder them, so the chosen ids must match the reference exactly.
+// enough apart that no rounding can reorder them, so the chosen ids must match the reference exactly. Expert counts
+// below and above the block's 128 threads, the models' (256 experts, top 8; 512, top 10), every expert kept (300 of
+// 300) and the most the kernel takes.
 void moe_route_case(Context& c) {
-  for (auto [E, top_k] : {std::pair<int64_t, int64_t>{7, 3}, {64, 8}}) {
+  for (auto [E, top_k] : {std::pair<int64_t, int64_t>{7, 3},
+                          {64, 8},
+                          {100, 6},
+                          {256, 8},
+                          {512, 10},
+                          {300, 300},
+                          {cuda::kMaxRouteExperts, 4}}) {
     for (bool renormalize : {false, true}) {
       for (int64_t T : kRowCounts) {
         Tensor logits = normal(c.rng, {T, E}, 1.5f);
