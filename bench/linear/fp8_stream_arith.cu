@@ -35,14 +35,6 @@ using plumb::bench::time_phases;
 enum Arith : int { kRead, kWidenBf16, kE4m3Mma, kProduct, kArithCount };
 const char* const kArithNames[kArithCount] = {"read", "widen+bf16", "e4m3 mma", "product"};
 
-__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Lane's 8 codes of one row as four BF16 pairs.
 __device__ __forceinline__ uint4 widen(uint2 v) {
   using plumb::cuda::e4m3x2_to_bf16x2;
@@ -91,7 +83,7 @@ __global__ void fp8_stream(const uint8_t* w, int n, int k, int split, const uint
         }
       } else {
 #pragma unroll
-        for (int t = 0; t < kTiles; ++t) mma_e4m3_16832(d[t], a.x, b.x, a.y, b.y, xf[t][0], xf[t][1]);
+        for (int t = 0; t < kTiles; ++t) plumb::cuda::mma_e4m3_16832(d[t], a.x, b.x, a.y, b.y, xf[t][0], xf[t][1]);
       }
       const int c = c0 + i + R;
       if (c < chunks) {
@@ -126,6 +118,11 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+    std::fprintf(stderr, "fp8_stream_arith: unknown argument %s (usage: fp8_stream_arith [out.json])\n",
+                 argv[argc - 1]);
+    return 1;
+  }
   float* sink = nullptr;
   uint32_t* x = nullptr;
   check(cudaMalloc(&sink, sizeof(float)), "cudaMalloc");
@@ -191,6 +188,11 @@ int main(int argc, char** argv) {
           p.k_split = plumb::cuda::choose_linear_k_split(p, device);
           p.partials = partials;
           p.arrivals = arrivals;
+          if (plumb::cuda::linear_partials_count(p) > int64_t{16} * kMaxN * (kMaxK / 128) ||
+              plumb::cuda::linear_arrival_count(p) > (int64_t{1} << 20)) {
+            std::fprintf(stderr, "fp8_stream_arith: the split buffers are too small for %d x %d\n", n, k);
+            return 1;
+          }
           best.how = std::string(plumb::cuda::linear_shape_name(p.shape)) + "," +
                      std::to_string(plumb::cuda::linear_k_split(k, p.k_split));
           best.phase_us = time_phases(

@@ -85,6 +85,17 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// d += a·b over one m16n8k32 step: E4M3 operands, four a register (a0..a3 the lane's part of the 16 x 32 A fragment,
+// b0, b1 of the 32 x 8 B fragment), F32 accumulators. No product kernel uses it yet (bench/linear/fp8_stream_arith
+// measures what it would take back from the FP8 products' widening).
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // ---- Global loads. ----
 
 // 16 bytes of weights that are read once: not kept in L1, and the whole 128-byte line fetched into L2 (the lane's
