@@ -51,13 +51,26 @@ def read_safetensors(path):
     except ValueError as e:
         sys.exit(f"merge: {path}: its header is not JSON ({e})")
     data = raw[8 + n:]
+    if not isinstance(header, dict):
+        sys.exit(f"merge: {path}: its header is not a JSON object")
     for name, t in header.items():
         if name == "__metadata__":
             continue
-        begin, end = t.get("data_offsets", [-1, -1]) if isinstance(t, dict) else (-1, -1)
-        if not 0 <= begin <= end <= len(data):
-            sys.exit(f"merge: {path}: tensor {name} lies outside the file's {len(data)} data bytes")
+        offsets = t.get("data_offsets") if isinstance(t, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= len(data)):
+            sys.exit(f"merge: {path}: tensor {name} has data_offsets {offsets}, not within the file's "
+                     f"{len(data)} data bytes")
+        if not (isinstance(t.get("dtype"), str) and isinstance(t.get("shape"), list)):
+            sys.exit(f"merge: {path}: tensor {name} has no dtype or shape")
     return header, data
+
+
+def write_safetensors(f, encoded_header, tensors):
+    f.write(struct.pack("<Q", len(encoded_header)))
+    f.write(encoded_header)
+    for _, _, _, blob in tensors:
+        f.write(blob)
 
 
 def merge(model_dir, head_dir):
@@ -92,16 +105,24 @@ def merge(model_dir, head_dir):
         offset += len(blob)
     encoded = json.dumps(out_header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-    written = model_dir / "model.safetensors.merging"  # then renamed over the old file: never half a file
-    with open(written, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for _, _, _, blob in tensors:
-            f.write(blob)
-    os.replace(written, model_dir / "model.safetensors")
+    # Every file is written beside its old self first (a failed write removes them all and leaves the folder as it
+    # was), then renamed over it, the model first: its mtp.* tensors are inert until config.json names the layer.
     config["mtp_num_hidden_layers"] = 1
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
-    (model_dir / "mtp_training.json").write_text(training)
+    staged = []
+    try:
+        for name, write in (("model.safetensors", lambda f: write_safetensors(f, encoded, tensors)),
+                            ("config.json", lambda f: f.write((json.dumps(config, indent=2) + "\n").encode())),
+                            ("mtp_training.json", lambda f: f.write(training.encode()))):
+            target = model_dir / name
+            staged.append((target.with_name(name + ".merging"), target))
+            with open(staged[-1][0], "wb") as f:
+                write(f)
+    except OSError as e:
+        for written, _ in staged:
+            written.unlink(missing_ok=True)
+        sys.exit(f"merge: cannot write {e.filename}: {e.strerror}")
+    for written, target in staged:
+        os.replace(written, target)
     print(f"merge: {len(head_header)} mtp.* tensors added to {model_dir}/model.safetensors")
 
 
