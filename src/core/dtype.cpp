@@ -23,8 +23,17 @@ size_t dtype_size(DType dtype) {
       return 8;
     case DType::kU8:
       return 1;
+    case DType::kE2M1:
+      PLUMB_FAIL("E2M1 elements are half a byte: count their bytes with dtype_bytes");
   }
   PLUMB_FAIL("unknown dtype {}", static_cast<int>(dtype));
+}
+
+size_t dtype_bytes(DType dtype, int64_t count) {
+  PLUMB_CHECK(count >= 0, "dtype_bytes: {} elements", count);
+  if (dtype != DType::kE2M1) return static_cast<size_t>(count) * dtype_size(dtype);
+  PLUMB_CHECK(count % 2 == 0, "{} E2M1 elements do not fill whole bytes (two a byte)", count);
+  return static_cast<size_t>(count / 2);
 }
 
 std::string_view dtype_name(DType dtype) {
@@ -43,6 +52,8 @@ std::string_view dtype_name(DType dtype) {
       return "I64";
     case DType::kU8:
       return "U8";
+    case DType::kE2M1:
+      return "E2M1";
   }
   return "?";
 }
@@ -131,6 +142,13 @@ uint8_t f32_to_fp8_e4m3(float f) {
   return sign | static_cast<uint8_t>(field << 3 | ((q == 16 ? 8 : q) - 8));
 }
 
+float e2m1_to_f32(uint8_t code) {
+  // Exponent 0 is subnormal (0 and 0.5); exponents 1-3 scale 1.0 and 1.5 by 1, 2 and 4.
+  static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float magnitude = kMagnitude[code & 7u];
+  return (code & 8u) != 0 ? -magnitude : magnitude;
+}
+
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
   if (n == 0) return;  // src and dst may be null for empty tensors
   switch (dtype) {
@@ -150,6 +168,12 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
     case DType::kF8E4M3: {
       const auto* s = static_cast<const uint8_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(s[i]);
+      return;
+    }
+    case DType::kE2M1: {
+      // Packed pairs, low nibble first; n is even (whole bytes).
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = e2m1_to_f32(i % 2 == 0 ? s[i / 2] & 0xfu : s[i / 2] >> 4);
       return;
     }
     case DType::kI32:

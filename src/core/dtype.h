@@ -8,11 +8,14 @@
 
 namespace plumb {
 
-// kU8: raw bytes, as NVFP4 checkpoints store their packed E2M1 pairs.
-enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32, kI64, kU8 };
+// kU8: raw bytes, as NVFP4 checkpoints store their packed E2M1 pairs. kE2M1: those pairs as a weight's elements, two
+// a byte, element 2j in the low nibble of byte j (an NVFP4 weight, core/tensor.h; no checkpoint dtype).
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI32, kI64, kU8, kE2M1 };
 
-// Bytes per element.
+// Bytes per element; refuses kE2M1, whose elements are half a byte (dtype_bytes).
 size_t dtype_size(DType dtype);
+// Bytes of `count` elements: count · dtype_size, or count / 2 for kE2M1 (refused for an odd count).
+size_t dtype_bytes(DType dtype, int64_t count);
 // The safetensors spelling ("F32", "BF16", "F8_E4M3", ...).
 std::string_view dtype_name(DType dtype);
 // Parses a safetensors dtype string; returns false for one plumb does not read.
@@ -40,6 +43,9 @@ uint16_t f32_to_f16(float f);
 float fp8_e4m3_to_f32(uint8_t bits);
 // The nearest E4M3 value (ties to even), saturating: beyond ±448 gives ±448 (PTX cvt.rn.satfinite); NaN gives 0x7f.
 uint8_t f32_to_fp8_e4m3(float f);
+// The value of one E2M1 code (bit 3 the sign, then two exponent bits and one mantissa bit): ±{0, 0.5, 1, 1.5, 2, 3,
+// 4, 6}.
+float e2m1_to_f32(uint8_t code);
 
 // Converts n elements of src (of type dtype) to float. Supports the float types above.
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n);

@@ -25,7 +25,7 @@ Tensor::Tensor(DType dtype, Shape shape, Device device, void* data, std::shared_
     : dtype_(dtype), shape_(std::move(shape)), device_(device), data_(data), owner_(std::move(owner)) {}
 
 Tensor Tensor::zeros(DType dtype, Shape shape) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t bytes = dtype_bytes(dtype, shape_numel(shape));
   // Round up to whole floats so any dtype's buffer is suitably aligned.
   auto storage = std::make_shared<std::vector<float>>((bytes + sizeof(float) - 1) / sizeof(float), 0.0f);
   void* data = storage->data();
@@ -57,42 +57,70 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
               shape_str(shape_));
   Shape s = shape_;
   s[0] = end - begin;
-  const size_t row_bytes = static_cast<size_t>(shape_numel(shape_) / (shape_[0] ? shape_[0] : 1)) * dtype_size(dtype_);
+  const size_t row_bytes = dtype_bytes(dtype_, shape_numel(shape_) / (shape_[0] ? shape_[0] : 1));
   Tensor view(dtype_, std::move(s), device_, static_cast<char*>(data_) + begin * row_bytes, owner_);
   if (scales_) view.scales_ = std::make_shared<const Tensor>(scales_->rows(begin, end));
+  if (group_scales_) view.group_scales_ = std::make_shared<const Tensor>(group_scales_->rows(begin, end));
   return view;
 }
 
 Tensor Tensor::reshape(Shape shape) const {
   PLUMB_CHECK(shape_numel(shape) == numel(), "cannot reshape {} to {}", shape_str(shape_), shape_str(shape));
   Tensor view(dtype_, shape, device_, data_, owner_);
-  if (scales_) {
+  // A weight's scales follow its last dimension: the same rows under the new leading dimensions.
+  const auto reshaped = [&](const std::shared_ptr<const Tensor>& scales) {
     PLUMB_CHECK(!shape.empty() && shape.back() == shape_.back(),
-                "cannot reshape an FP8 weight {} to {}: its block scales follow its last dimension", shape_str(shape_),
-                shape_str(shape));
+                "cannot reshape a {} weight {} to {}: its scales follow its last dimension", dtype_name(dtype_),
+                shape_str(shape_), shape_str(shape));
     Shape scale_shape = shape;
-    scale_shape.back() = scales_->shape().back();
-    view.scales_ = std::make_shared<const Tensor>(scales_->reshape(std::move(scale_shape)));
-  }
+    scale_shape.back() = scales->shape().back();
+    return std::make_shared<const Tensor>(scales->reshape(std::move(scale_shape)));
+  };
+  if (scales_) view.scales_ = reshaped(scales_);
+  if (group_scales_) view.group_scales_ = reshaped(group_scales_);
   return view;
 }
 
 Shape Tensor::block_scales_shape(const Shape& shape) {
+  return block_scales_shape(DType::kF8E4M3, shape);
+}
+
+Shape Tensor::block_scales_shape(DType dtype, const Shape& shape) {
   Shape scales = shape;
-  if (!scales.empty()) scales.back() = (shape.back() + kWeightScaleBlockK - 1) / kWeightScaleBlockK;
+  if (!scales.empty())
+    scales.back() = dtype == DType::kE2M1 ? 1 : (shape.back() + kWeightScaleBlockK - 1) / kWeightScaleBlockK;
+  return scales;
+}
+
+Shape Tensor::group_scales_shape(const Shape& shape) {
+  Shape scales = shape;
+  if (!scales.empty()) scales.back() = shape.back() / kNvfp4GroupK;
   return scales;
 }
 
 Tensor Tensor::with_block_scales(Tensor scales) const {
   PLUMB_CHECK(needs_block_scales(dtype_, shape_),
-              "block scales belong to an F8_E4M3 weight of rank 2 or more, not {} {}", dtype_name(dtype_),
+              "block scales belong to an F8_E4M3 or E2M1 weight of rank 2 or more, not {} {}", dtype_name(dtype_),
               shape_str(shape_));
-  const Shape want = block_scales_shape(shape_);
+  const Shape want = block_scales_shape(dtype_, shape_);
   PLUMB_CHECK(scales.dtype() == DType::kF32 && scales.shape() == want && scales.device() == device_,
-              "block scales of a weight {} must be F32 {} on its device, not {} {}", shape_str(shape_), shape_str(want),
-              dtype_name(scales.dtype()), shape_str(scales.shape()));
+              "block scales of a {} weight {} must be F32 {} on its device, not {} {}", dtype_name(dtype_),
+              shape_str(shape_), shape_str(want), dtype_name(scales.dtype()), shape_str(scales.shape()));
   Tensor out = *this;
   out.scales_ = std::make_shared<const Tensor>(std::move(scales));
+  return out;
+}
+
+Tensor Tensor::with_group_scales(Tensor scales) const {
+  PLUMB_CHECK(needs_group_scales(dtype_, shape_) && shape_.back() % kNvfp4GroupK == 0,
+              "group scales belong to an E2M1 weight of rank 2 or more and whole groups of {}, not {} {}", kNvfp4GroupK,
+              dtype_name(dtype_), shape_str(shape_));
+  const Shape want = group_scales_shape(shape_);
+  PLUMB_CHECK(scales.dtype() == DType::kF8E4M3 && scales.shape() == want && scales.device() == device_,
+              "group scales of an E2M1 weight {} must be F8_E4M3 {} on its device, not {} {}", shape_str(shape_),
+              shape_str(want), dtype_name(scales.dtype()), shape_str(scales.shape()));
+  Tensor out = *this;
+  out.group_scales_ = std::make_shared<const Tensor>(std::move(scales));
   return out;
 }
 
@@ -135,6 +163,37 @@ Tensor widen_fp8_weight(const Tensor& weight) {
   PLUMB_CHECK(weight.block_scales() != nullptr, "an F8_E4M3 weight {} has no block scales to widen it with",
               shape_str(weight.shape()));
   return expand_fp8_rows(weight, *weight.block_scales(), kWeightScaleBlockK);
+}
+
+void widen_nvfp4_row(const uint8_t* codes, const uint8_t* group_scales, float global, int64_t k, float* out) {
+  for (int64_t g = 0; g * kNvfp4GroupK < k; ++g) {
+    const float scale = fp8_e4m3_to_f32(group_scales[g]);
+    for (int64_t c = g * kNvfp4GroupK; c < (g + 1) * kNvfp4GroupK; ++c) {
+      const uint8_t byte = codes[c / 2];
+      // e2m1 · e4m3 has at most 6 significant bits: exact in F32, so only the product with `global` rounds.
+      out[c] = e2m1_to_f32(c % 2 == 0 ? byte & 0xfu : byte >> 4) * scale * global;
+    }
+  }
+}
+
+Tensor widen_quantized(const Tensor& weight) {
+  if (weight.dtype() == DType::kF8E4M3) return widen_fp8_weight(weight);
+  PLUMB_CHECK(weight.dtype() == DType::kE2M1 && weight.device() == Device::kCpu && weight.block_scales() != nullptr &&
+                  weight.group_scales() != nullptr,
+              "widen_quantized: a host FP8 or NVFP4 weight with its scales, not {} {}", dtype_name(weight.dtype()),
+              shape_str(weight.shape()));
+  Tensor out = Tensor::zeros(DType::kF32, weight.shape());
+  const int64_t k = weight.dim(-1), rows = k > 0 ? weight.numel() / k : 0;
+  const auto* codes = weight.data_as<const uint8_t>();                   // [rows, k / 2]
+  const auto* groups = weight.group_scales()->data_as<const uint8_t>();  // [rows, k / 16]
+  const float* global = weight.block_scales()->data_as<const float>();   // [rows]
+  float* o = out.f32();                                                  // [rows, k]
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, k));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      widen_nvfp4_row(codes + r * (k / 2), groups + r * (k / kNvfp4GroupK), global[r], k, o + r * k);
+  });
+  return out;
 }
 
 }  // namespace plumb

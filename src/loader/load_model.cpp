@@ -70,8 +70,8 @@ Nvfp4Scales nvfp4_scales_of(const std::string& weight_name) {
   return {module + ".weight_scale", module + ".weight_scale_2", module + ".input_scale"};
 }
 
-// Dequantizes an NVFP4 slot to F32, after checking that the config declares NVFP4, that the module is not one it
-// leaves unquantized, and that its scales are there.
+// An NVFP4 slot in its own bytes (nvfp4_weight), after checking that the config declares NVFP4, that the module is not
+// one it leaves unquantized, and that its scales are there.
 Tensor read_nvfp4(const CheckpointFiles& files, const ModelConfig& c, const WeightSlot& slot,
                   std::set<std::string>& used) {
   const TensorInfo& info = files.info(slot.name);
@@ -95,12 +95,12 @@ Tensor read_nvfp4(const CheckpointFiles& files, const ModelConfig& c, const Weig
   used.insert(s.scale);
   used.insert(s.scale_2);
   if (files.contains(s.input_scale)) used.insert(s.input_scale);
-  return dequantize_nvfp4(files.tensor(slot.name), files.tensor(s.scale), files.tensor(s.scale_2), c.nvfp4->group_size,
-                          slot.name);
+  return nvfp4_weight(files.tensor(slot.name), files.tensor(s.scale), files.tensor(s.scale_2), c.nvfp4->group_size,
+                      slot.name);
 }
 
 // The checkpoint tensor for one slot as a host tensor: dtype checked, FP8 with its block scales (or dequantized),
-// NVFP4 dequantized, parameters in F32.
+// NVFP4 with its scales, parameters in F32.
 Tensor read_slot(const CheckpointFiles& files, const ModelConfig& c, const WeightSlot& slot,
                  std::set<std::string>& used) {
   const TensorInfo& info = files.info(slot.name);
@@ -148,7 +148,7 @@ void check_finite(const Tensor& host, const std::string& name, const std::string
   std::vector<float> chunk(std::min<size_t>(n, size_t{1} << 16));
   for (size_t begin = 0; begin < n; begin += chunk.size()) {
     const size_t count = std::min(chunk.size(), n - begin);
-    convert_to_f32(host.dtype(), bytes + begin * dtype_size(host.dtype()), chunk.data(), count);
+    convert_to_f32(host.dtype(), bytes + dtype_bytes(host.dtype(), static_cast<int64_t>(begin)), chunk.data(), count);
     for (size_t i = 0; i < count; ++i)
       PLUMB_CHECK(std::isfinite(chunk[i]), "{}: tensor '{}' holds {} at element {} (found by --check-weights)", file,
                   name, chunk[i], begin + i);
@@ -253,8 +253,10 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend, const Loa
       }
       case WeightTransform::kColumnHalves: {
         const int64_t half = slot.shape[1] / 2;
-        // FP8 bytes keep their slice scales only where the halves split on a slice boundary; else they widen here.
-        const Tensor whole = host.block_scales() && half % kWeightScaleBlockK != 0 ? widen_fp8_weight(host) : host;
+        // Quantized bytes stay so only where the halves split on a boundary of their scales (an FP8 weight's K-slice,
+        // an NVFP4 weight's group); else they widen here.
+        const int64_t boundary = host.dtype() == DType::kE2M1 ? kNvfp4GroupK : kWeightScaleBlockK;
+        const Tensor whole = host.block_scales() && half % boundary != 0 ? widen_quantized(host) : host;
         *slot.targets[0] = backend.upload(column_range(whole, 0, half));
         *slot.targets[1] = backend.upload(column_range(whole, half, 2 * half));
         break;

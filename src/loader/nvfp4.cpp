@@ -1,31 +1,22 @@
-// NVIDIA ModelOpt NVFP4 weights: expands packed E2M1 pairs, their E4M3 scale per group of 16 along
-// K and the weight's one F32 scale to F32, after checking that the three agree in shape and that no scale is NaN or
-// infinite.
-#include <algorithm>
+// NVIDIA ModelOpt NVFP4 weights: packed E2M1 pairs, their E4M3 scale per group of 16 along K and the weight's one F32
+// scale, checked to agree in shape and to hold no NaN or infinite scale, then kept in their own bytes as an E2M1
+// weight (core/tensor.h) that shares the checkpoint's memory.
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
-#include "core/parallel.h"
 #include "loader/safetensors.h"
 
 namespace plumb {
 
-float e2m1_to_f32(uint8_t code) {
-  // Exponent 0 is subnormal (0 and 0.5); exponents 1-3 scale 1.0 and 1.5 by 1, 2 and 4.
-  static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float magnitude = kMagnitude[code & 7u];
-  return (code & 8u) != 0 ? -magnitude : magnitude;
-}
-
-Tensor dequantize_nvfp4(const Tensor& weight, const Tensor& scale, const Tensor& scale_2, int64_t group,
-                        const std::string& name) {
+Tensor nvfp4_weight(const Tensor& weight, const Tensor& scale, const Tensor& scale_2, int64_t group,
+                    const std::string& name) {
   PLUMB_CHECK(weight.device() == Device::kCpu && scale.device() == Device::kCpu && scale_2.device() == Device::kCpu,
-              "{}: NVFP4 dequantization reads host tensors", name);
+              "{}: NVFP4 weights are read from host tensors", name);
   PLUMB_CHECK(weight.dtype() == DType::kU8 && weight.rank() == 2,
               "{}: expected a rank-2 U8 weight of packed E2M1 pairs, got {} {}", name, dtype_name(weight.dtype()),
               shape_str(weight.shape()));
-  PLUMB_CHECK(group > 0 && group % 2 == 0, "{}: NVFP4 group size {} is not a positive even number", name, group);
+  PLUMB_CHECK(group == kNvfp4GroupK, "{}: NVFP4 group size {} is not {}", name, group, kNvfp4GroupK);
   const int64_t rows = weight.dim(0), cols = 2 * weight.dim(1);
   PLUMB_CHECK(cols % group == 0, "{}: {} input features are not whole NVFP4 groups of {}", name, cols, group);
   const int64_t groups = cols / group;
@@ -39,32 +30,17 @@ Tensor dequantize_nvfp4(const Tensor& weight, const Tensor& scale, const Tensor&
               shape_str(scale_2.shape()));
   const float global = *scale_2.f32();
   PLUMB_CHECK(std::isfinite(global), "{}: weight_scale_2 is {}", name, global);
-
-  std::vector<float> scales(static_cast<size_t>(rows * groups));
-  if (!scales.empty()) convert_to_f32(DType::kF8E4M3, scale.data(), scales.data(), scales.size());
-  for (size_t i = 0; i < scales.size(); ++i) {
-    PLUMB_CHECK(std::isfinite(scales[i]), "{}: weight_scale[{}, {}] is {}", name, static_cast<int64_t>(i) / groups,
-                static_cast<int64_t>(i) % groups, scales[i]);
+  const auto* codes = scale.data_as<const uint8_t>();  // [rows, groups]
+  for (int64_t i = 0; i < rows * groups; ++i) {
+    const float value = fp8_e4m3_to_f32(codes[i]);
+    PLUMB_CHECK(std::isfinite(value), "{}: weight_scale[{}, {}] is {}", name, i / groups, i % groups, value);
   }
-
-  Tensor out = Tensor::zeros(DType::kF32, {rows, cols});
-  const auto* packed = weight.data_as<const uint8_t>();  // [rows, cols / 2]
-  float* o = out.f32();                                  // [rows, cols]
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cols));
-  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const uint8_t* p_row = packed + r * (cols / 2);
-      const float* s_row = scales.data() + r * groups;
-      float* o_row = o + r * cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint8_t byte = p_row[c / 2];
-        const uint8_t code = c % 2 == 0 ? byte & 0xfu : byte >> 4;
-        // e2m1 · e4m3 has at most 5 significant bits: exact in F32, so only the product with scale_2 rounds.
-        o_row[c] = e2m1_to_f32(code) * s_row[c / group] * global;
-      }
-    }
-  });
-  return out;
+  // The codes and group scales stay in the checkpoint's memory; the weight scale is repeated over the rows, so that
+  // row views and stacks carry it.
+  const Tensor codes_view(DType::kE2M1, {rows, cols}, Device::kCpu, weight.data(), weight.owner());
+  const Tensor group_scales(DType::kF8E4M3, {rows, groups}, Device::kCpu, scale.data(), scale.owner());
+  const Tensor globals = Tensor::from_f32(std::vector<float>(static_cast<size_t>(rows), global), {rows, 1});
+  return codes_view.with_block_scales(globals).with_group_scales(group_scales);
 }
 
 }  // namespace plumb

@@ -64,14 +64,11 @@ bool fp8_blocks_follow_slices(int64_t k, int64_t block_cols);
 Tensor fp8_weight_with_scales(const Tensor& weight, const Tensor& scale_inv, int64_t block_rows, int64_t block_cols,
                               const std::string& name);
 
-// The value of one E2M1 code (bit 3 the sign, then two exponent bits and one mantissa bit): ±{0, 0.5, 1, 1.5, 2, 3,
-// 4, 6}.
-float e2m1_to_f32(uint8_t code);
-
-// Dequantizes an NVFP4 weight: W[n, k] = e2m1(Wq[n, k]) * float(scale[n, k / group]) * scale_2, rounded to F32 once
-// (the first product is exact). weight: U8 [N, K / 2], element 2j in the low nibble of byte j and 2j + 1 in the high
-// one; scale: F8_E4M3 [N, K / group]; scale_2: F32, one value. Returns F32 [N, K]. `name` names the weight.
-Tensor dequantize_nvfp4(const Tensor& weight, const Tensor& scale, const Tensor& scale_2, int64_t group,
-                        const std::string& name);
+// An NVFP4 weight kept in its bytes: W[n, k] = e2m1(Wq[n, k]) * float(scale[n, k / 16]) * scale_2 (core/tensor.h's
+// E2M1 weight, sharing the checkpoint's memory). weight: U8 [N, K / 2], element 2j in the low nibble of byte j and
+// 2j + 1 in the high one; scale: F8_E4M3 [N, K / 16]; scale_2: F32, one value; group: the config's group size (16).
+// Refuses shapes that disagree and NaN or infinite scales, naming the weight `name`.
+Tensor nvfp4_weight(const Tensor& weight, const Tensor& scale, const Tensor& scale_2, int64_t group,
+                    const std::string& name);
 
 }  // namespace plumb

@@ -183,6 +183,7 @@ Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order) {
                 static_cast<const char*>(from.data()) + static_cast<size_t>(row_order[r]) * row_bytes, row_bytes);
   }
   if (const Tensor* scales = from.block_scales()) out = out.with_block_scales(gather_rows(*scales, row_order));
+  if (const Tensor* scales = from.group_scales()) out = out.with_group_scales(gather_rows(*scales, row_order));
   return out;
 }
 
@@ -190,18 +191,26 @@ Tensor column_range(const Tensor& from, int64_t begin, int64_t end) {
   PLUMB_CHECK(from.shape().size() == 2 && 0 <= begin && begin <= end && end <= from.dim(1),
               "column_range: columns [{}, {}) of a tensor of shape {}", begin, end, shape_str(from.shape()));
   const int64_t rows = from.dim(0), cols = from.dim(1);
-  const size_t element = dtype_size(from.dtype());
-  Tensor out = Tensor::zeros(from.dtype(), {rows, end - begin});
+  const DType dtype = from.dtype();
+  // A quantized weight's scales cover runs of K (an FP8 weight's K-slices, an NVFP4 weight's groups), so the range must
+  // not cut one.
+  const bool nvfp4 = dtype == DType::kE2M1;
+  const int64_t run = nvfp4 ? kNvfp4GroupK : kWeightScaleBlockK;
+  if (from.block_scales() != nullptr)
+    PLUMB_CHECK(begin % run == 0 && (end % run == 0 || end == cols),
+                "column_range: columns [{}, {}) cut an {} weight's {}-column scale {}", begin, end,
+                nvfp4 ? "NVFP4" : "FP8", run, nvfp4 ? "groups" : "slices");
+  Tensor out = Tensor::zeros(dtype, {rows, end - begin});
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(static_cast<char*>(out.data()) + static_cast<size_t>(r * (end - begin)) * element,
-                static_cast<const char*>(from.data()) + static_cast<size_t>(r * cols + begin) * element,
-                static_cast<size_t>(end - begin) * element);
-  if (const Tensor* scales = from.block_scales()) {
-    // [N, ceil(K / kWeightScaleBlockK)]: one per row and K-slice, so the range must not cut a slice.
-    const int64_t slice = kWeightScaleBlockK;
-    PLUMB_CHECK(begin % slice == 0 && (end % slice == 0 || end == cols),
-                "column_range: columns [{}, {}) cut an FP8 weight's {}-column scale slices", begin, end, slice);
-    out = out.with_block_scales(column_range(*scales, begin / slice, (end + slice - 1) / slice));
+    std::memcpy(static_cast<char*>(out.data()) + dtype_bytes(dtype, r * (end - begin)),
+                static_cast<const char*>(from.data()) + dtype_bytes(dtype, r * cols + begin),
+                dtype_bytes(dtype, end - begin));
+  if (nvfp4) {
+    // [N, 1]: the weight's scale, the same for every column.
+    out = out.with_block_scales(*from.block_scales());
+    out = out.with_group_scales(column_range(*from.group_scales(), begin / run, end / run));
+  } else if (const Tensor* scales = from.block_scales()) {
+    out = out.with_block_scales(column_range(*scales, begin / run, (end + run - 1) / run));
   }
   return out;
 }

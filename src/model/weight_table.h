@@ -45,11 +45,11 @@ std::vector<WeightSlot> build_weight_table(const ModelConfig& config, ModelWeigh
 // copying per-expert tensors into stacked ones on the backend) and points lm_head at the embedding when tied.
 void finish_weights(const ModelConfig& config, ModelWeights& weights, Backend& backend);
 
-// Columns [begin, end) of a 2-D host tensor of any dtype; an FP8 weight's block scales go with them (begin and end
-// on block boundaries).
+// Columns [begin, end) of a 2-D host tensor of any dtype; a quantized weight's scales go with them (begin and end on
+// the boundaries of its scales: an FP8 weight's K-slices, an NVFP4 weight's groups of 16).
 Tensor column_range(const Tensor& from, int64_t begin, int64_t end);
-// Rows row_order[0], row_order[1], … of a host tensor of any dtype (rank 1 or more) as a new one; an FP8 weight's
-// block scales go with them.
+// Rows row_order[0], row_order[1], … of a host tensor of any dtype (rank 1 or more) as a new one; a quantized
+// weight's scales go with them.
 Tensor gather_rows(const Tensor& from, const std::vector<int64_t>& row_order);
 
 // Qwen3-Next's in_proj_qkvz rows regrouped from per-key-head groups [q_g | k_g | v_g… | z_g…] to

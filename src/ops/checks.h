@@ -13,15 +13,21 @@
 
 namespace plumb {
 
-// The first step of every backend's copy: an FP8 weight's block scales travel with it, so both tensors must have
-// them or neither, and they are copied too.
+// The first step of every backend's copy: a quantized weight's scales (block and group) travel with it, so both
+// tensors must have them or neither, and they are copied too.
 inline void copy_block_scales(Backend& backend, const Tensor& src, Tensor& dst) {
-  PLUMB_CHECK((src.block_scales() == nullptr) == (dst.block_scales() == nullptr),
-              "copy: an FP8 weight {} and {} must both have block scales or neither", shape_str(src.shape()),
+  PLUMB_CHECK((src.block_scales() == nullptr) == (dst.block_scales() == nullptr) &&
+                  (src.group_scales() == nullptr) == (dst.group_scales() == nullptr),
+              "copy: a quantized weight {} and {} must both have the same scales or neither", shape_str(src.shape()),
               shape_str(dst.shape()));
-  if (src.block_scales() == nullptr) return;
-  Tensor dst_scales = *dst.block_scales();
-  backend.copy(*src.block_scales(), dst_scales);
+  if (src.block_scales() != nullptr) {
+    Tensor dst_scales = *dst.block_scales();
+    backend.copy(*src.block_scales(), dst_scales);
+  }
+  if (src.group_scales() != nullptr) {
+    Tensor dst_scales = *dst.group_scales();
+    backend.copy(*src.group_scales(), dst_scales);
+  }
 }
 
 // The token ids of `ids` (I32 [tokens] in host memory) as a vector, for an op that reads them on the host.

@@ -279,6 +279,58 @@ TEST(TensorBlockScalesTest, ViewsCarryTheirRowsScales) {
       ThrowsMessage<Error>(HasSubstr("F8_E4M3")));
 }
 
+// An NVFP4 (E2M1) weight packs two codes a byte, and its scales (one a row, one per row and group of 16) follow its
+// rows through views; widen_quantized gives e2m1 · e4m3 · scale for every element.
+TEST(TensorBlockScalesTest, Nvfp4WeightsPackTwoCodesAByteAndCarryBothScales) {
+  EXPECT_EQ(dtype_bytes(DType::kE2M1, 64), 32u);
+  EXPECT_EQ(dtype_bytes(DType::kBF16, 3), 6u);
+  EXPECT_THAT([] { (void)dtype_bytes(DType::kE2M1, 3); }, ThrowsMessage<Error>(HasSubstr("whole bytes")));
+  EXPECT_THAT([] { (void)dtype_size(DType::kE2M1); }, ThrowsMessage<Error>(HasSubstr("dtype_bytes")));
+
+  Tensor codes = Tensor::zeros(DType::kE2M1, {2, 3, 32});  // 2 experts of [3, 32]: 2 groups a row
+  ASSERT_EQ(codes.nbytes(), 96u);
+  auto* bytes = codes.data_as<uint8_t>();
+  for (int i = 0; i < 96; ++i) bytes[i] = static_cast<uint8_t>(0x9a);  // low nibble 0xa (-1.0), high 0x9 (-0.5)
+  bytes[80] = 0x7f;  // expert 1, row 2, k 0 and 1: codes 0xf (-6) and 0x7 (6)
+  Tensor groups = Tensor::zeros(DType::kF8E4M3, {2, 3, 2});
+  for (int i = 0; i < 12; ++i) groups.data_as<uint8_t>()[i] = static_cast<uint8_t>(0x38 + 8 * (i % 2));  // 1.0, 2.0
+  const Tensor w =
+      codes.with_block_scales(Tensor::from_f32({1, 1, 1, 0.5f, 0.5f, 0.25f}, {2, 3, 1})).with_group_scales(groups);
+  EXPECT_EQ(w.bytes_with_scales(), 96u + 24u + 12u);
+  const Tensor expert = w.rows(1, 2).reshape({3, 32});
+  ASSERT_NE(expert.group_scales(), nullptr);
+  EXPECT_EQ(expert.group_scales()->shape(), Shape({3, 2}));
+  const Tensor row = expert.rows(2, 3);
+  EXPECT_EQ(row.block_scales()->f32()[0], 0.25f);
+  const Tensor f = widen_quantized(row);  // [1, 32]
+  EXPECT_EQ(f.f32()[0], -6.0f * 0.25f);   // code 0xf: -6
+  EXPECT_EQ(f.f32()[1], 6.0f * 0.25f);    // code 0x7: 6
+  EXPECT_EQ(f.f32()[2], -1.0f * 0.25f);
+  EXPECT_EQ(f.f32()[3], -0.5f * 0.25f);
+  EXPECT_EQ(f.f32()[16], -1.0f * 2.0f * 0.25f);  // the second group's scale, 2
+  std::vector<float> converted(4);
+  convert_to_f32(DType::kE2M1, bytes, converted.data(), 4);
+  EXPECT_EQ(converted, std::vector<float>({-1.0f, -0.5f, -1.0f, -0.5f}));
+
+  EXPECT_THAT([&] { (void)w.reshape({2, 96}); }, ThrowsMessage<Error>(HasSubstr("last dimension")));
+  EXPECT_THAT(
+      [&] {
+        (void)codes.with_group_scales(Tensor::zeros(DType::kF8E4M3, {2, 3, 4}));
+      },
+      ThrowsMessage<Error>(HasSubstr("[2, 3, 2]")));
+  EXPECT_THAT(
+      [&] {
+        (void)codes.with_block_scales(Tensor::zeros(DType::kF32, {2, 3, 2}));
+      },
+      ThrowsMessage<Error>(HasSubstr("[2, 3, 1]")));
+  EXPECT_THAT(
+      [&] {
+        (void)Tensor::zeros(DType::kE2M1, {2, 8}).with_group_scales(Tensor::zeros(DType::kF8E4M3, {2, 0}));
+      },
+      ThrowsMessage<Error>(HasSubstr("whole groups of 16")));
+  EXPECT_THAT([&] { (void)widen_quantized(codes); }, ThrowsMessage<Error>(HasSubstr("with its scales")));
+}
+
 // widen_fp8_weight multiplies each code by its row's multiplier for the code's 128-wide slice.
 TEST(TensorBlockScalesTest, WidenAppliesEachSlicesMultiplier) {
   Tensor bytes = Tensor::zeros(DType::kF8E4M3, {2, 130});

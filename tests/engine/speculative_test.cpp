@@ -412,5 +412,29 @@ TEST(ColumnRange, CopiesColumnsAndTheirFp8Scales) {
   test::expect_error_naming([&] { column_range(fp8, 100, 300); }, "cut an FP8 weight's 128-column scale slices");
 }
 
+// An NVFP4 weight's halves: its packed codes, its group scales with them, its weight scale as it was.
+TEST(ColumnRange, CopiesColumnsAndTheirNvfp4Scales) {
+  Tensor codes = Tensor::zeros(DType::kE2M1, {2, 64});  // 32 bytes a row
+  for (int i = 0; i < 64; ++i) codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(i);
+  Tensor groups = Tensor::zeros(DType::kF8E4M3, {2, 4});
+  for (int i = 0; i < 8; ++i) groups.data_as<uint8_t>()[i] = static_cast<uint8_t>(0x30 + i);
+  const Tensor w = codes.with_block_scales(Tensor::from_f32({0.5f, 0.25f}, {2, 1})).with_group_scales(groups);
+  const Tensor right = column_range(w, 32, 64);
+  ASSERT_EQ(right.shape(), Shape({2, 32}));
+  ASSERT_EQ(right.nbytes(), 32u);
+  const auto* got = right.data_as<const uint8_t>();
+  EXPECT_EQ(std::vector<int>(got, got + 32)[0], 16);   // row 0, byte 16
+  EXPECT_EQ(std::vector<int>(got, got + 32)[16], 48);  // row 1, byte 16
+  ASSERT_NE(right.group_scales(), nullptr);
+  const auto* g = right.group_scales()->data_as<const uint8_t>();
+  EXPECT_EQ(std::vector<int>(g, g + 4), std::vector<int>({0x32, 0x33, 0x36, 0x37}));
+  EXPECT_EQ(right.block_scales()->f32()[1], 0.25f);
+  // Widened, the halves are the whole weight's columns.
+  const Tensor whole = widen_quantized(w), half = widen_quantized(right);
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 32; ++c) EXPECT_EQ(half.f32()[r * 32 + c], whole.f32()[r * 64 + 32 + c]);
+  test::expect_error_naming([&] { column_range(w, 8, 64); }, "cut an NVFP4 weight's 16-column scale groups");
+}
+
 }  // namespace
 }  // namespace plumb

@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/generate.h"
+#include "loader/load_model.h"
 #include "support/fixtures.h"
 #include "support/load_error.h"
 #include "support/synthetic_model.h"
@@ -152,6 +153,27 @@ TEST_F(Nvfp4, LoadsAsItsDequantizedWeightsToTheBit) {
   const std::vector<float> got = prompt_logits(dir_), want = prompt_logits(twin_dir_);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST_F(Nvfp4, KeepsItsWeightsInTheirOwnBytes) {
+  write_nvfp4_folder();
+  CpuBackend backend;
+  const LoadedModel m = load_model(dir_, backend);
+  const Tensor& o_proj = m.weights.layers[2].attn.o_proj;  // [32, nq·d], quantized
+  ASSERT_EQ(o_proj.dtype(), DType::kE2M1);
+  ASSERT_NE(o_proj.group_scales(), nullptr);
+  ASSERT_NE(o_proj.block_scales(), nullptr);
+  const int64_t n = o_proj.dim(0), k = o_proj.dim(1);
+  // Half a byte a weight, a byte of scale per 16 and four bytes a row: no widening on the host.
+  EXPECT_EQ(o_proj.bytes_with_scales(), static_cast<size_t>(n * k / 2 + n * k / 16 + 4 * n));
+  // The codes are the checkpoint's bytes, in place.
+  const test::NamedTensor& stored = tensor("model.layers.2.self_attn.o_proj.weight");
+  EXPECT_EQ(std::memcmp(o_proj.data(), stored.bytes.data(), stored.bytes.size()), 0);
+  // Layer 1, left unquantized by exclude_modules, keeps its checkpoint's dtype.
+  const LayerWeights& unquantized = m.weights.layers[1];
+  EXPECT_EQ(unquantized.kind == LayerKind::kGatedDeltaNet ? unquantized.gdn.out_proj.dtype()
+                                                          : unquantized.attn.o_proj.dtype(),
+            DType::kF32);
 }
 
 TEST_F(Nvfp4, ReadsTheQuantizationFromConfigJsonToo) {

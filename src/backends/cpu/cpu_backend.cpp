@@ -37,8 +37,12 @@ const float* weight_row(const Tensor& w, int64_t n, std::vector<float>& scratch)
   const int64_t k = w.dim(-1);
   if (w.dtype() == DType::kF32) return w.data_as<const float>() + n * k;
   scratch.resize(static_cast<size_t>(k));
-  const auto* base = static_cast<const unsigned char*>(w.data()) + static_cast<size_t>(n * k) * dtype_size(w.dtype());
-  if (const Tensor* scales = w.block_scales()) {
+  const auto* base = static_cast<const unsigned char*>(w.data()) + dtype_bytes(w.dtype(), n * k);
+  if (const Tensor* groups = w.group_scales()) {
+    // An NVFP4 weight: each code times its group's scale and the weight's, one rounding (widen_quantized's values).
+    widen_nvfp4_row(base, groups->data_as<const uint8_t>() + n * groups->dim(-1), w.block_scales()->f32()[n], k,
+                    scratch.data());
+  } else if (const Tensor* scales = w.block_scales()) {
     // An FP8 weight: each code times its row's multiplier for its K-slice, one rounding (widen_fp8_weight's values).
     widen_fp8_row(base, scales->data_as<const float>() + n * scales->dim(-1), k, kWeightScaleBlockK, scratch.data());
   } else {
@@ -82,11 +86,9 @@ MemoryInfo CpuBackend::memory_info() const {
   return info;
 }
 
-// An FP8 weight comes with its block scales (zero), as on every backend.
+// A quantized weight comes with its scales (zero), as on every backend.
 Tensor CpuBackend::zeros(DType dtype, const Shape& shape) {
-  const Tensor t = Tensor::zeros(dtype, shape);
-  if (!Tensor::needs_block_scales(dtype, shape)) return t;
-  return t.with_block_scales(Tensor::zeros(DType::kF32, Tensor::block_scales_shape(shape)));
+  return Tensor::make_with_scales(dtype, shape, [](DType d, const Shape& s) { return Tensor::zeros(d, s); });
 }
 
 // Host memory is this backend's memory: weights stay where the loader put them (often a read-only file mapping).

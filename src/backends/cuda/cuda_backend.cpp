@@ -285,15 +285,16 @@ std::shared_ptr<void> CudaBackend::upload_bytes(const void* host, size_t bytes) 
   return block;
 }
 
-// An FP8 weight (F8_E4M3 of rank 2 or more) comes with room for its block scales, which it never goes without here.
+// A quantized weight (F8_E4M3 or E2M1 of rank 2 or more) comes with room for its scales, which it never goes without
+// here.
 Tensor CudaBackend::empty(DType dtype, const Shape& shape) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  std::shared_ptr<void> block = scratch(bytes);
-  if (poison_ && bytes > 0 && step_mode_ != StepMode::kPlan)
-    cuda_check(cudaMemsetAsync(block.get(), 0xFF, bytes, stream_), "poisoning new memory");
-  Tensor t(dtype, shape, Device::kCuda, block.get(), block);
-  if (!Tensor::needs_block_scales(dtype, shape)) return t;
-  return t.with_block_scales(empty(DType::kF32, Tensor::block_scales_shape(shape)));
+  return Tensor::make_with_scales(dtype, shape, [&](DType d, const Shape& s) {
+    const size_t bytes = dtype_bytes(d, shape_numel(s));
+    std::shared_ptr<void> block = scratch(bytes);
+    if (poison_ && bytes > 0 && step_mode_ != StepMode::kPlan)
+      cuda_check(cudaMemsetAsync(block.get(), 0xFF, bytes, stream_), "poisoning new memory");
+    return Tensor(d, s, Device::kCuda, block.get(), block);
+  });
 }
 
 Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
@@ -304,7 +305,7 @@ Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
 }
 
 // F32, BF16, integers and FP8 weights with their block scales keep their type (the products read FP8 in its bytes);
-// F16 is widened to F32, which every kernel reads.
+// F16 is widened to F32, which every kernel reads, and so is an NVFP4 weight, which no kernel reads in its bytes yet.
 Tensor CudaBackend::upload(const Tensor& host) {
   PLUMB_CHECK(host.device() == Device::kCpu, "upload: the tensor {} is already on the device", shape_str(host.shape()));
   PLUMB_CHECK(!in_step(), "upload: a recorded or replayed step may not upload a tensor");
@@ -314,6 +315,8 @@ Tensor CudaBackend::upload(const Tensor& host) {
   if (host.dtype() == DType::kF16) {
     source = Tensor::zeros(DType::kF32, host.shape());
     convert_to_f32(host.dtype(), host.data(), source.f32(), static_cast<size_t>(host.numel()));
+  } else if (host.dtype() == DType::kE2M1) {
+    source = widen_quantized(host);
   }
   Tensor t = empty(source.dtype(), source.shape());
   // A small tensor (ids, a table) is queued through the pinned staging buffer without waiting, so that uploading it
