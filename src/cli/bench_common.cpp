@@ -84,7 +84,7 @@ void print_table(const std::vector<Row>& rows) {
 
 WeightCounts count_weights(const ModelConfig& c, const ModelWeights& w) {
   WeightCounts n;
-  // An FP8 weight's bytes include its block scales, which its products read too.
+  // A quantized weight's bytes include its scales, which its products read too.
   auto bytes = [](const Tensor& t) { return static_cast<double>(t.bytes_with_scales()); };
   auto layer_tensor = [&](const Tensor& t) {
     n.dense_bytes += bytes(t);

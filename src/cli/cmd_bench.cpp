@@ -319,8 +319,9 @@ void register_bench_commands(CLI::App& app) {
   bench->add_option("--model", args->model, "synthetic model: " + names)->required();
   bench->add_option("--device", args->device, kDeviceHelp);
   bench->add_option("--weights", args->weights,
-                    "projection weights: bf16, or fp8 (E4M3 with a multiplier per row and 128-wide K-slice, as the "
-                    "published FP8 checkpoints quantize them)");
+                    "projection weights: bf16, fp8 (E4M3 with a multiplier per row and 128-wide K-slice, as the "
+                    "published FP8 checkpoints quantize them) or nvfp4 (packed E2M1 with an E4M3 scale per 16 k and a "
+                    "weight scale, as NVIDIA's NVFP4 checkpoints)");
   bench->add_option("--batches", args->batches, "decode batch sizes, comma-separated");
   bench->add_option("--prefill", args->prefill, "prefill lengths, comma-separated");
   bench->add_option("--context", args->context, "tokens each sequence holds before the timed decode steps");

@@ -18,7 +18,7 @@ void ModelChoice::add_options(CLI::App& command, const std::string& model_help) 
                      "run plumb bench's random-weight model of these shapes instead of a folder (" + names +
                          "); it has no tokenizer, so prompts are token ids");
   command.add_option("--weights", weights,
-                     "the --synthetic model's projections: bf16 (default) or fp8, as plumb bench --weights");
+                     "the --synthetic model's projections: bf16 (default), fp8 or nvfp4, as plumb bench --weights");
 }
 
 void ModelChoice::resolve(bool check_weights, bool quiet) {

@@ -69,11 +69,27 @@ class Filler {
     const float s = 1.0f / std::sqrt(static_cast<float>(shape.back()));
     return uniform(DType::kBF16, shape, -s, s);
   }
-  // A projection the model's FP8 checkpoints quantize: FP8 codes and multipliers when the model is FP8.
+  // A projection the model's quantized checkpoints quantize: FP8 or NVFP4 codes and their scales when the model is.
   Tensor quantized(const Shape& shape) {
     if (weights_ == SyntheticWeights::kBF16) return projection(shape);
+    if (weights_ == SyntheticWeights::kNvfp4) return nvfp4(shape);
     Tensor t = uniform(DType::kF8E4M3, shape, -448.0f, 448.0f);
     const float s = 1.0f / (448.0f * std::sqrt(static_cast<float>(shape.back())));
+    Tensor scales = *t.block_scales();
+    backend_.random_uniform(scales, mix(seed_ + 0x5851f42d4c957f2dull * ++count_), 0.5f * s, s);
+    return t;
+  }
+  // NVFP4 codes: random E4M3 bytes read as E2M1 pairs (every nibble is a code), through an F8_E4M3 view of the same
+  // memory; E4M3 group scales in [1, 2] and weight scales that bring the values to about ±1/sqrt(fan_in).
+  Tensor nvfp4(const Shape& shape) {
+    Tensor t = backend_.empty(DType::kE2M1, shape);
+    Shape byte_shape = shape;
+    byte_shape.back() /= 2;
+    Tensor bytes(DType::kF8E4M3, byte_shape, t.device(), t.data(), t.owner());
+    backend_.random_uniform(bytes, mix(seed_ + 0x5851f42d4c957f2dull * ++count_), -448.0f, 448.0f);
+    Tensor groups = *t.group_scales();
+    backend_.random_uniform(groups, mix(seed_ + 0x5851f42d4c957f2dull * ++count_), 1.0f, 2.0f);
+    const float s = 1.0f / (12.0f * std::sqrt(static_cast<float>(shape.back())));
     Tensor scales = *t.block_scales();
     backend_.random_uniform(scales, mix(seed_ + 0x5851f42d4c957f2dull * ++count_), 0.5f * s, s);
     return t;
@@ -257,11 +273,20 @@ Qwen3NextModel synthetic_model(const ModelConfig& config, Backend& backend, uint
 SyntheticWeights parse_synthetic_weights(const std::string& name) {
   if (name == "bf16") return SyntheticWeights::kBF16;
   if (name == "fp8") return SyntheticWeights::kFp8;
-  PLUMB_FAIL("--weights {}: expected bf16 or fp8", name);
+  if (name == "nvfp4") return SyntheticWeights::kNvfp4;
+  PLUMB_FAIL("--weights {}: expected bf16, fp8 or nvfp4", name);
 }
 
 const char* synthetic_weights_name(SyntheticWeights weights) {
-  return weights == SyntheticWeights::kFp8 ? "fp8" : "bf16";
+  switch (weights) {
+    case SyntheticWeights::kFp8:
+      return "fp8";
+    case SyntheticWeights::kNvfp4:
+      return "nvfp4";
+    case SyntheticWeights::kBF16:
+      break;
+  }
+  return "bf16";
 }
 
 }  // namespace plumb

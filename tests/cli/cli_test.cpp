@@ -188,7 +188,12 @@ TEST_F(Cli, GenerateRunsASyntheticModelOnTokenIds) {
   ASSERT_EQ(fp8.status, 0) << fp8.err;
   EXPECT_THAT(fp8.out, MatchesRegex("[0-9]+( [0-9]+){5}\n"));
   EXPECT_EQ(run(args + " --weights fp8").out, fp8.out);
-  expect_clean_failure(run(args + " --weights fp4"), "--weights fp4: expected bf16 or fp8");
+  // --weights nvfp4: packed E2M1 projections with their group and weight scales, deterministic too.
+  const Outcome nvfp4 = run(args + " --weights nvfp4");
+  ASSERT_EQ(nvfp4.status, 0) << nvfp4.err;
+  EXPECT_THAT(nvfp4.out, MatchesRegex("[0-9]+( [0-9]+){5}\n"));
+  EXPECT_EQ(run(args + " --weights nvfp4").out, nvfp4.out);
+  expect_clean_failure(run(args + " --weights fp4"), "--weights fp4: expected bf16, fp8 or nvfp4");
   expect_clean_failure(run("generate --model " + model_ + " --weights fp8 --ids 1"), "a folder's is its own");
 }
 

@@ -304,19 +304,19 @@ Tensor CudaBackend::zeros(DType dtype, const Shape& shape) {
   return t;
 }
 
-// F32, BF16, integers and FP8 weights with their block scales keep their type (the products read FP8 in its bytes);
-// F16 is widened to F32, which every kernel reads, and so is an NVFP4 weight, which no kernel reads in its bytes yet.
+// F32, BF16, integers and quantized weights with their scales keep their type (the products read FP8 and NVFP4 in
+// their bytes); F16 is widened to F32, which every kernel reads.
 Tensor CudaBackend::upload(const Tensor& host) {
   PLUMB_CHECK(host.device() == Device::kCpu, "upload: the tensor {} is already on the device", shape_str(host.shape()));
   PLUMB_CHECK(!in_step(), "upload: a recorded or replayed step may not upload a tensor");
   PLUMB_CHECK(host.dtype() != DType::kF8E4M3 || host.block_scales() != nullptr,
               "upload: an F8_E4M3 tensor {} needs its block scales", shape_str(host.shape()));
+  PLUMB_CHECK(host.dtype() != DType::kE2M1 || (host.block_scales() != nullptr && host.group_scales() != nullptr),
+              "upload: an E2M1 (NVFP4) tensor {} needs its block and group scales", shape_str(host.shape()));
   Tensor source = host;
   if (host.dtype() == DType::kF16) {
     source = Tensor::zeros(DType::kF32, host.shape());
     convert_to_f32(host.dtype(), host.data(), source.f32(), static_cast<size_t>(host.numel()));
-  } else if (host.dtype() == DType::kE2M1) {
-    source = widen_quantized(host);
   }
   Tensor t = empty(source.dtype(), source.shape());
   // A small tensor (ids, a table) is queued through the pinned staging buffer without waiting, so that uploading it

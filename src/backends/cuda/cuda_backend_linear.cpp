@@ -14,7 +14,8 @@
 namespace plumb {
 namespace {
 
-// The kernels' weight type of w: BF16, F32, or F8_E4M3 with its block scales (core/tensor.h).
+// The kernels' weight type of w: BF16, F32, F8_E4M3 with its block scales, or E2M1 (NVFP4) with its block and group
+// scales (core/tensor.h).
 cuda::LinearWeights weight_type(const Tensor& w, const char* op, const char* name) {
   switch (w.dtype()) {
     case DType::kBF16:
@@ -25,14 +26,22 @@ cuda::LinearWeights weight_type(const Tensor& w, const char* op, const char* nam
       PLUMB_CHECK(w.block_scales() != nullptr, "{}: the F8_E4M3 weight {} {} has no block scales", op, name,
                   shape_str(w.shape()));
       return cuda::LinearWeights::kFp8;
+    case DType::kE2M1:
+      PLUMB_CHECK(w.block_scales() != nullptr && w.group_scales() != nullptr,
+                  "{}: the E2M1 (NVFP4) weight {} {} has no block or group scales", op, name, shape_str(w.shape()));
+      return cuda::LinearWeights::kNvfp4;
     default:
-      PLUMB_FAIL("{}: {} must be BF16, F32 or F8_E4M3 with block scales, not {}", op, name, dtype_name(w.dtype()));
+      PLUMB_FAIL("{}: {} must be BF16, F32, F8_E4M3 or E2M1 with their scales, not {}", op, name,
+                 dtype_name(w.dtype()));
   }
 }
 
-// An FP8 weight's multipliers (nullptr for other weights).
+// A quantized weight's multipliers and (NVFP4) group scales (nullptr for other weights).
 const float* weight_scales(const Tensor& w) {
   return w.block_scales() != nullptr ? w.block_scales()->data_as<const float>() : nullptr;
+}
+const uint8_t* weight_group_scales(const Tensor& w) {
+  return w.group_scales() != nullptr ? w.group_scales()->data_as<const uint8_t>() : nullptr;
 }
 
 // x [rows, k] F32 and w [n, k] BF16, F32 or FP8 on the GPU, within the kernels' 32-bit indices.
@@ -113,15 +122,18 @@ void CudaBackend::linear_parts(const Tensor& x, const std::vector<const Tensor*>
     expect_product(x, *ws[j], op);
     expect_product_output(x, *ws[j], *ys[j], op, "an output");
   }
-  // Runs of weights each of which starts where the one before it ends (and an FP8 weight's scales likewise): one
+  // Runs of weights each of which starts where the one before it ends (and a quantized weight's scales likewise): one
   // product over each run's rows.
   const auto follows = [](const Tensor& before, const Tensor& w) {
     return static_cast<const char*>(before.data()) + before.nbytes() == w.data();
   };
   const auto continues = [&](const Tensor& before, const Tensor& w) {
     if (w.dtype() != before.dtype() || !follows(before, w)) return false;
-    const Tensor *a = before.block_scales(), *b = w.block_scales();
-    return a == nullptr || (b != nullptr && follows(*a, *b));
+    const auto scales_follow = [&](const Tensor* a, const Tensor* b) {
+      return a == nullptr || (b != nullptr && follows(*a, *b));
+    };
+    return scales_follow(before.block_scales(), w.block_scales()) &&
+           scales_follow(before.group_scales(), w.group_scales());
   };
   for (size_t first = 0; first < ws.size();) {
     size_t end = first + 1;
@@ -153,6 +165,7 @@ void CudaBackend::launch_product(const Tensor& x, const Tensor& w, int64_t n, cu
   params.x = x.data();
   params.w = w.data();
   params.w_scales = weight_scales(w);
+  params.w_group_scales = weight_group_scales(w);
   params.rows = static_cast<int32_t>(rows);
   params.n = static_cast<int32_t>(n);
   params.k = static_cast<int32_t>(k);
@@ -262,6 +275,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   gate_up.w = experts.gate_up.data();
   gate_up.w_type = w_type;
   gate_up.w_scales = weight_scales(experts.gate_up);
+  gate_up.w_group_scales = weight_group_scales(experts.gate_up);
   gate_up.w_group_stride = 2 * inter * hidden;
   gate_up.y = static_cast<float*>(gate_up_out.get());
   gate_up.rows = static_cast<int32_t>(pairs);
@@ -297,6 +311,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   down.x_index = nullptr;
   down.w = experts.down.data();
   down.w_scales = weight_scales(experts.down);
+  down.w_group_scales = weight_group_scales(experts.down);
   down.w_group_stride = hidden * inter;
   down.y = static_cast<float*>(down_out.get());
   down.n = static_cast<int32_t>(hidden);

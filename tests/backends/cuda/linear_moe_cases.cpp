@@ -52,11 +52,37 @@ Tensor random_fp8(std::mt19937_64& rng, const Shape& shape) {
   return codes.with_block_scales(scales);
 }
 
-// Entries ~ N(0, 1/sqrt(K)) rounded to `dtype`, or random FP8 codes and multipliers (random_fp8).
+// NVFP4 as checkpoints store it: E2M1 codes, every one of the 16 equally likely, an E4M3 scale per row and 16 k drawn
+// from the positive normal codes of 2^-3 to 2^3 (so neighbouring groups' scales differ, and a scale applied to the
+// wrong group or a code read from the wrong nibble changes the result), and one weight scale per [N, K] matrix near
+// 1 / (8 sqrt(K)), repeated over its rows as the block scales. K must be whole groups of 16 (whole_groups).
+Tensor random_nvfp4(std::mt19937_64& rng, const Shape& shape) {
+  Tensor codes = Tensor::zeros(DType::kE2M1, shape);
+  std::uniform_int_distribution<int> byte(0, 255), scale_code(0x20, 0x50);
+  for (size_t i = 0; i < codes.nbytes(); ++i) codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(byte(rng));
+  Tensor groups = Tensor::zeros(DType::kF8E4M3, Tensor::group_scales_shape(shape));
+  for (int64_t i = 0; i < groups.numel(); ++i) groups.data_as<uint8_t>()[i] = static_cast<uint8_t>(scale_code(rng));
+  const int64_t K = shape.back(), N = shape[shape.size() - 2];
+  Tensor scales = Tensor::zeros(DType::kF32, Tensor::block_scales_shape(DType::kE2M1, shape));
+  std::uniform_real_distribution<float> spread(0.5f, 2.0f);
+  for (int64_t m = 0; m * N < scales.numel(); ++m) {
+    const float scale = spread(rng) / (8.0f * std::sqrt(static_cast<float>(K)));
+    std::fill_n(scales.f32() + m * N, N, scale);
+  }
+  return codes.with_block_scales(scales).with_group_scales(groups);
+}
+
+// K of a case's shape for weights of `dtype`: NVFP4 weights come in whole groups of 16, so K rounds up to the next
+// (48 for 40, 80 for 77: still no multiple of 32 or 128).
+int64_t whole_groups(int64_t K, DType dtype) {
+  return dtype == DType::kE2M1 ? (K + kNvfp4GroupK - 1) / kNvfp4GroupK * kNvfp4GroupK : K;
+}
+
+// Entries ~ N(0, 1/sqrt(K)) rounded to `dtype`, or random FP8 or NVFP4 codes and scales (random_fp8, random_nvfp4).
 Weight random_weight(std::mt19937_64& rng, const Shape& shape, DType dtype) {
-  if (dtype == DType::kF8E4M3) {
-    const Tensor stored = random_fp8(rng, shape);
-    return {stored, widen_fp8_weight(stored)};
+  if (dtype == DType::kF8E4M3 || dtype == DType::kE2M1) {
+    const Tensor stored = dtype == DType::kF8E4M3 ? random_fp8(rng, shape) : random_nvfp4(rng, shape);
+    return {stored, widen_quantized(stored)};
   }
   const Tensor stored = to_dtype(normal(rng, shape, 1.0f / std::sqrt(static_cast<float>(shape.back()))), dtype);
   return {stored, to_f32(stored)};
@@ -65,6 +91,7 @@ Weight random_weight(std::mt19937_64& rng, const Shape& shape, DType dtype) {
 // The kernels' name for a weight dtype.
 cuda::LinearWeights linear_weights(DType dtype) {
   if (dtype == DType::kF8E4M3) return cuda::LinearWeights::kFp8;
+  if (dtype == DType::kE2M1) return cuda::LinearWeights::kNvfp4;
   return dtype == DType::kBF16 ? cuda::LinearWeights::kBF16 : cuda::LinearWeights::kF32;
 }
 
@@ -90,7 +117,8 @@ Tensor run_linear(Backend& be, const Tensor& x, const Weight& w, int64_t begin, 
 
 void linear_case(Context& c, DType dtype) {
   // K = 77 is a multiple neither of 8 (the F32 kernel's groups, the 16-byte loads) nor of 32 (a k-chunk).
-  for (auto [K, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {77, 33}, {2048, 130}}) {
+  for (auto [k, N] : {std::pair<int64_t, int64_t>{40, 1}, {40, 77}, {77, 33}, {2048, 130}}) {
+    const int64_t K = whole_groups(k, dtype);
     const Weight w = random_weight(c.rng, {N, K}, dtype);
     for (int64_t T : kLinearRowCounts) {
       const Tensor x = normal(c.rng, {T, K});
@@ -112,7 +140,8 @@ void linear_case(Context& c, DType dtype) {
 // multiple of 8, so no 16-byte loads), 130 x 2048, 33 x 77 and 1 x 40; no N a multiple of 16. A forced variant that
 // cannot take the rows must be refused. dtype BF16 or FP8 (264 is no multiple of 16, so FP8 loads it byte by byte).
 void linear_variants_case(Context& c, DType dtype) {
-  for (auto [N, K] : {std::pair<int64_t, int64_t>{1030, 264}, {258, 1030}, {130, 2048}, {33, 77}, {1, 40}}) {
+  for (auto [N, k] : {std::pair<int64_t, int64_t>{1030, 264}, {258, 1030}, {130, 2048}, {33, 77}, {1, 40}}) {
+    const int64_t K = whole_groups(k, dtype);
     const Weight w = random_weight(c.rng, {N, K}, dtype);
     for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}, int64_t{200}}) {
       const Tensor x = normal(c.rng, {T, K});
@@ -127,8 +156,8 @@ void linear_variants_case(Context& c, DType dtype) {
       }
     }
   }
-  const Weight w = random_weight(c.rng, {33, 77}, dtype);
-  const Tensor x = normal(c.rng, {13, 77});
+  const Weight w = random_weight(c.rng, {33, whole_groups(77, dtype)}, dtype);
+  const Tensor x = normal(c.rng, {13, whole_groups(77, dtype)});
   const LinearVariantScope scope(c.gpu, {cuda::LinearShape::kStream8, cuda::LinearStreamKernel::kSharedRing, 0});
   try {
     run_linear(c.gpu, x, w, 0, 13);
@@ -144,7 +173,8 @@ void linear_variants_case(Context& c, DType dtype) {
 // each. dtype BF16, FP8 or F32.
 void linear_parts_case(Context& c, DType dtype) {
   const int64_t widths[] = {37, 130, 5, 1};
-  for (int64_t K : {int64_t{77}, int64_t{1030}}) {
+  for (const int64_t k : {int64_t{77}, int64_t{1030}}) {
+    const int64_t K = whole_groups(k, dtype);
     int64_t N = 0;
     for (int64_t width : widths) N += width;
     const Weight stacked = random_weight(c.rng, {N, K}, dtype);
@@ -236,6 +266,33 @@ void linear_operand_rounding_case(Context& c) {
   }
 }
 
+// linear with a device weight w [N, K] whose row n selects input column column[n] with value[n] (every other entry
+// 0, multipliers 1): y[t, n] = value[n] · BF16(x[t, column[n]]) exactly, which production's launch and every variant
+// of the weight type must give bit for bit, at row counts of every streaming shape and a tiled one.
+void expect_selected_columns(Context& c, const std::string& what, const Tensor& w, cuda::LinearWeights type,
+                             const std::vector<float>& value, const std::vector<int64_t>& column) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}}) {
+    const Tensor x = normal(c.rng, {T, K});
+    const Tensor rounded = bf16_exact(x);
+    Tensor want = Tensor::zeros(DType::kF32, {T, N});
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) want.f32()[t * N + n] = value[n] * rounded.f32()[t * K + column[n]];
+    const Tensor device_x = c.gpu.upload(x);
+    auto run = [&] {
+      Tensor y = poisoned(c.gpu, DType::kF32, {T, N});
+      c.gpu.linear(device_x, w, y);
+      return fetch_f32(c.gpu, y);
+    };
+    const std::string label = what + " T=" + std::to_string(T);
+    c.verdict.same_bits(label + " as chosen", run(), want);
+    for (const cuda::LinearVariant& v : cuda::linear_variants(type, T)) {
+      const LinearVariantScope scope(c.gpu, v);
+      c.verdict.same_bits(label + " " + linear_variant_label(v), run(), want);
+    }
+  }
+}
+
 // linear with FP8 weights that each select one input column with one code, w[n, k] = code_n for k = perm(n) and 0
 // otherwise, multipliers 1: y[t, n] is exactly code_n · BF16(x[t, perm(n)]) (a 4-bit by 8-bit product, exact in F32),
 // so every launch variant must give it bit for bit. The rows hold every nonzero finite code (252 of them), so a code
@@ -255,26 +312,41 @@ void linear_fp8_codes_case(Context& c) {
   Tensor scales = Tensor::zeros(DType::kF32, Tensor::block_scales_shape({N, K}));
   for (int64_t i = 0; i < scales.numel(); ++i) scales.f32()[i] = 1.0f;
   const Tensor w = c.gpu.upload(bytes.with_block_scales(scales));
-  for (int64_t T : {int64_t{1}, int64_t{13}, int64_t{64}, int64_t{65}}) {
-    const Tensor x = normal(c.rng, {T, K});
-    const Tensor rounded = bf16_exact(x);
-    Tensor want = Tensor::zeros(DType::kF32, {T, N});
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t n = 0; n < N; ++n)
-        want.f32()[t * N + n] = fp8_e4m3_to_f32(codes[n]) * rounded.f32()[t * K + perm[n]];
-    const Tensor device_x = c.gpu.upload(x);
-    auto run = [&] {
-      Tensor y = poisoned(c.gpu, DType::kF32, {T, N});
-      c.gpu.linear(device_x, w, y);
-      return fetch_f32(c.gpu, y);
-    };
-    const std::string what = "linear FP8 codes T=" + std::to_string(T);
-    c.verdict.same_bits(what + " as chosen", run(), want);
-    for (const cuda::LinearVariant& v : cuda::linear_variants(cuda::LinearWeights::kFp8, T)) {
-      const LinearVariantScope scope(c.gpu, v);
-      c.verdict.same_bits(what + " " + linear_variant_label(v), run(), want);
-    }
+  std::vector<float> value;
+  for (const uint8_t code : codes) value.push_back(fp8_e4m3_to_f32(code));
+  expect_selected_columns(c, "linear FP8 codes", w, cuda::LinearWeights::kFp8, value, perm);
+}
+
+// linear with NVFP4 weights that each select one input column with one code and one group scale, w[n, k] =
+// e2m1(c_n) · e4m3(s_n) for k = perm(n) and 0 otherwise, weight scales 1: y[t, n] is exactly that value times
+// BF16(x[t, perm(n)]) (at most 6 by 8 significant bits), so every launch variant must give it bit for bit. The rows
+// hold every nonzero code with every 5th positive E4M3 scale (subnormal ones included), so a code or scale the kernels
+// widen wrongly fails here. K = 80 is five groups: the selected columns' groups are their own, the others' scales
+// arbitrary.
+void linear_nvfp4_codes_case(Context& c) {
+  std::vector<std::pair<uint8_t, uint8_t>> picks;  // (code, scale)
+  for (int code = 1; code < 16; ++code)
+    for (int scale = 1; scale < 0x7f; scale += 5)
+      if (code != 8) picks.emplace_back(static_cast<uint8_t>(code), static_cast<uint8_t>(scale));
+  const auto N = static_cast<int64_t>(picks.size());
+  const int64_t K = 80, groups = K / kNvfp4GroupK;
+  std::uniform_int_distribution<int64_t> column(0, K - 1);
+  std::uniform_int_distribution<int> any_scale(1, 0x7e);
+  Tensor codes = Tensor::zeros(DType::kE2M1, {N, K});
+  Tensor group_scales = Tensor::zeros(DType::kF8E4M3, {N, groups});
+  std::vector<int64_t> selected(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t k = selected[n] = column(c.rng);
+    codes.data_as<uint8_t>()[(n * K + k) / 2] = static_cast<uint8_t>(picks[n].first << (4 * (k % 2)));
+    for (int64_t g = 0; g < groups; ++g)
+      group_scales.data_as<uint8_t>()[n * groups + g] =
+          g == k / kNvfp4GroupK ? picks[n].second : static_cast<uint8_t>(any_scale(c.rng));
   }
+  const Tensor ones = Tensor::from_f32(std::vector<float>(static_cast<size_t>(N), 1.0f), {N, 1});
+  const Tensor w = c.gpu.upload(codes.with_block_scales(ones).with_group_scales(group_scales));
+  std::vector<float> value;
+  for (const auto& [code, scale] : picks) value.push_back(e2m1_to_f32(code) * fp8_e4m3_to_f32(scale));
+  expect_selected_columns(c, "linear NVFP4 codes", w, cuda::LinearWeights::kNvfp4, value, selected);
 }
 
 // Router logits on a grid of 1/4: exact ties are common (so the tie rule is exercised), and distinct logits are far
@@ -379,7 +451,7 @@ double silu(double z) {
 }
 
 void moe_experts_case(Context& c, DType dtype) {
-  const int64_t E = 7, top_k = 3, H = 136, I = 40;
+  const int64_t E = 7, top_k = 3, H = whole_groups(136, dtype), I = whole_groups(40, dtype);
   const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, dtype), down = random_weight(c.rng, {E, H, I}, dtype);
   for (int64_t T : kRowCounts) {
     const Tensor x = normal(c.rng, {T, H});
@@ -449,7 +521,7 @@ void moe_experts_case(Context& c, DType dtype) {
 // reduce over at least three K-slices, the last one short (H = 3·128 + 8, I = 2·128 + 8), so that a split's fold in
 // another order than slice order changes bits (two partial sums add the same either way round).
 void moe_experts_variants_case(Context& c, DType dtype) {
-  const int64_t E = 7, top_k = 3, H = 392, I = 264;
+  const int64_t E = 7, top_k = 3, H = whole_groups(392, dtype), I = whole_groups(264, dtype);
   const Weight gate_up = random_weight(c.rng, {E, 2 * I, H}, dtype);
   const Weight down = random_weight(c.rng, {E, H, I}, dtype);
   const ExpertWeights experts{c.gpu.upload(gate_up.stored), c.gpu.upload(down.stored)};
@@ -496,6 +568,15 @@ const CaseRegistrar reg_experts_variants("moe_experts_bf16_variants",
                                          [](Context& c) { moe_experts_variants_case(c, DType::kBF16); });
 const CaseRegistrar reg_experts_fp8_variants("moe_experts_fp8_variants",
                                              [](Context& c) { moe_experts_variants_case(c, DType::kF8E4M3); });
+const CaseRegistrar reg_linear_nvfp4("linear_nvfp4", [](Context& c) { linear_case(c, DType::kE2M1); });
+const CaseRegistrar reg_linear_nvfp4_variants("linear_nvfp4_variants",
+                                              [](Context& c) { linear_variants_case(c, DType::kE2M1); });
+const CaseRegistrar reg_linear_nvfp4_codes("linear_nvfp4_codes", linear_nvfp4_codes_case);
+const CaseRegistrar reg_linear_parts_nvfp4("linear_parts_nvfp4",
+                                           [](Context& c) { linear_parts_case(c, DType::kE2M1); });
+const CaseRegistrar reg_experts_nvfp4("moe_experts_nvfp4", [](Context& c) { moe_experts_case(c, DType::kE2M1); });
+const CaseRegistrar reg_experts_nvfp4_variants("moe_experts_nvfp4_variants",
+                                               [](Context& c) { moe_experts_variants_case(c, DType::kE2M1); });
 
 const ControlRegistrar ctl_linear(cuda::KernelFault::kLinearDropsLastKTile, "linear_bf16");
 const ControlRegistrar ctl_route(cuda::KernelFault::kRouteTiesToHigher, "moe_route");
@@ -525,6 +606,12 @@ const ControlRegistrar ctl_experts_silu(cuda::KernelFault::kExpertsSiluSigmoidOf
 // products of K = 2048, the experts' H = 136).
 const ControlRegistrar ctl_fp8_scale(cuda::KernelFault::kLinearFp8ScaleNextSlice, "linear_fp8");
 const ControlRegistrar ctl_experts_fp8_scale(cuda::KernelFault::kLinearFp8ScaleNextSlice, "moe_experts_fp8");
+// NVFP4 codes read from the wrong nibble, or a group's values times its neighbour's scale: out of bound for the random
+// codes and scales of every case (each K holds two groups or more).
+const ControlRegistrar ctl_nvfp4_nibbles(cuda::KernelFault::kLinearNvfp4NibblesSwapped, "linear_nvfp4");
+const ControlRegistrar ctl_experts_nvfp4_nibbles(cuda::KernelFault::kLinearNvfp4NibblesSwapped, "moe_experts_nvfp4");
+const ControlRegistrar ctl_nvfp4_scale(cuda::KernelFault::kLinearNvfp4ScaleNextGroup, "linear_nvfp4");
+const ControlRegistrar ctl_experts_nvfp4_scale(cuda::KernelFault::kLinearNvfp4ScaleNextGroup, "moe_experts_nvfp4");
 
 }  // namespace
 }  // namespace plumb::harness

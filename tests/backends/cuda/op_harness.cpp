@@ -13,9 +13,10 @@ namespace plumb::harness {
 
 double operand_rounding(DType weight_dtype) {
   if (weight_dtype == DType::kBF16) return kBf16Operand;
-  // FP8: the GPU's BF16 activations, its product of each slice's partial sum with the multiplier and the reference's
-  // product of each weight with it (one rounding each, relative to |x·w|).
-  if (weight_dtype == DType::kF8E4M3) return kBf16Operand + 2 * kF32Unit;
+  // FP8 and NVFP4 (E2M1): the GPU's BF16 activations, its product of each slice's partial sum with the multiplier and
+  // the reference's product of each weight with it (one rounding each, relative to |x·w|; the weights before their
+  // multiplier are exact in BF16 and F32 alike).
+  if (weight_dtype == DType::kF8E4M3 || weight_dtype == DType::kE2M1) return kBf16Operand + 2 * kF32Unit;
   return 0.0;
 }
 

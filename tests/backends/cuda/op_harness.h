@@ -32,8 +32,9 @@ inline constexpr double kBf16Operand = 0x1.0p-8;
 // which covers CUDA's fast intrinsics (__expf: 2 + 1.16·|x| ulp) over the argument ranges the cases use.
 inline constexpr double kTranscendental = 0x1.0p-20;
 
-// The operand-rounding term of a matrix product with weights of `dtype`: BF16 weights round the activation to BF16;
-// F32 (and F16, widened to F32 at upload) products stay in F32.
+// The operand-rounding term of a matrix product with weights of `dtype`: BF16, FP8 and NVFP4 (E2M1) weights round the
+// activation to BF16 (the quantized ones adding their multiplier's rounding); F32 (and F16, widened to F32 at upload)
+// products stay in F32.
 double operand_rounding(DType weight_dtype);
 // |gpu − cpu| bound of one K-term dot product Σ x_k·w_k whose Σ |x_k·w_k| is abs_sum: operand rounding plus F32
 // accumulation on the GPU (K·2^-23: each of K additions may truncate) and on the CPU (8 interleaved partial sums).

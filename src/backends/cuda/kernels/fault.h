@@ -32,12 +32,14 @@
   X(kSampleTopPOneShort)   /* the nucleus stops one token before its weight reaches top_p */                           \
   X(kSampleIgnoresAllowed) /* draws from every token, leaving a row's allowed-token bits unread */                     \
   /* matrix products */                                                                                                \
-  X(kLinearDropsLastKTile)     /* skips the last tile of the reduction */                                              \
-  X(kLinearSplitFoldsReversed) /* a split product adds its slices' partial sums last to first */                       \
-  X(kLinearSplitDropsSlice)    /* a split product's fold leaves the last slice out */                                  \
-  X(kLinearPartsSkipBoundary)  /* a product in parts leaves every later part's first feature unwritten */              \
-  X(kExpertsDropLastExpert)    /* leaves out each token's last routed expert */                                        \
-  X(kLinearFp8ScaleNextSlice)  /* FP8 weights: each slice's partial sums take the next slice's multipliers */          \
+  X(kLinearDropsLastKTile)      /* skips the last tile of the reduction */                                             \
+  X(kLinearSplitFoldsReversed)  /* a split product adds its slices' partial sums last to first */                      \
+  X(kLinearSplitDropsSlice)     /* a split product's fold leaves the last slice out */                                 \
+  X(kLinearPartsSkipBoundary)   /* a product in parts leaves every later part's first feature unwritten */             \
+  X(kExpertsDropLastExpert)     /* leaves out each token's last routed expert */                                       \
+  X(kLinearFp8ScaleNextSlice)   /* FP8 weights: each slice's partial sums take the next slice's multipliers */         \
+  X(kLinearNvfp4NibblesSwapped) /* NVFP4 weights: each byte's two codes read high nibble first */                      \
+  X(kLinearNvfp4ScaleNextGroup) /* NVFP4 weights: each group of 16 k takes its neighbouring group's scale */           \
   /* matrix products: F32 weights, activation staging, the experts' grouping and SiLU */                               \
   X(kLinearF32DropsKRemainder)  /* F32 weights: the reduction runs whole groups of 8 k only, dropping k % 8 terms */   \
   X(kLinearToBf16Truncates)     /* staged activations truncated to BF16 instead of rounded to nearest even */          \

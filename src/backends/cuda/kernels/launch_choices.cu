@@ -38,7 +38,8 @@ LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, i
   if (rows_per_matrix <= 8) return LinearShape::kStream8;
   if (rows_per_matrix <= 16) return LinearShape::kStream16;
   if (rows_per_matrix <= 32) return LinearShape::kStream32;
-  if (rows_per_matrix <= 64) return LinearShape::kStream64;
+  // NVFP4 weights run on the streaming shapes alone (linear.h): prefill too, a tile of 64 rows at a time.
+  if (rows_per_matrix <= 64 || w_type == LinearWeights::kNvfp4) return LinearShape::kStream64;
   const LaunchTuning& tuning = tuning_of(device);
   if (wgmma && w_type == LinearWeights::kFp8 && tuning.fp8_prefill_on_wgmma) return LinearShape::kWgmma128;
   const int64_t features = linear_tile_features(LinearShape::kTiled128);
@@ -52,7 +53,8 @@ int32_t choose_linear_k_split(const LinearParams& p, const DeviceLimits& device)
   const int64_t slices = linear_slices(p.k);
   if (!is_streaming(p.shape) || slices <= 1) return 1;
   const LaunchTuning& tuning = tuning_of(device);
-  const bool fp8 = p.w_type == LinearWeights::kFp8;
+  // NVFP4 widens its codes as FP8 does, and wants as many warps.
+  const bool fp8 = p.w_type == LinearWeights::kFp8 || p.w_type == LinearWeights::kNvfp4;
   const bool grouped = p.tiles != nullptr;
   const int64_t warps = static_cast<int64_t>((p.n + 15) / 16) * linear_row_tiles(p);
   const int64_t fp8_factor =
@@ -62,7 +64,10 @@ int32_t choose_linear_k_split(const LinearParams& p, const DeviceLimits& device)
   if (split <= 1) return 1;
   const int64_t matrices = grouped ? std::min<int64_t>(p.rows, p.max_tiles) : 1;
   const int64_t partial_bytes = slices * p.rows * p.n * int64_t{4};
-  const int64_t weight_bytes = (fp8 ? 1 : 2) * int64_t{p.n} * p.k * matrices;
+  const int64_t weight_bytes = (p.w_type == LinearWeights::kNvfp4 ? 1
+                                : fp8                             ? 2
+                                                                  : 4) *
+                               int64_t{p.n} * p.k * matrices / 2;
   const int ratio = fp8 ? tuning.fp8_partials_per_weight_byte : tuning.bf16_partials_per_weight_byte;
   if (ratio * partial_bytes > weight_bytes) return 1;
   return linear_k_split(p.k, split);

@@ -308,8 +308,9 @@ void launch_bf16(const LinearParams& p, cudaStream_t stream) {
 template <class S, KernelFault kFault>
 void launch_bf16_aligned(const LinearParams& p, cudaStream_t stream) {
   // Whole-unit loads need every row of both operands 16-byte aligned (BF16: k a multiple of 8; FP8: of 16, for the
-  // tiled kernels' 16-byte copies); other k load element by element.
-  const int per_unit = p.w_type == LinearWeights::kFp8 ? 16 : 8;
+  // tiled kernels' 16-byte copies; NVFP4, whose codes always load whole, likewise for its activations); other k load
+  // element by element.
+  const int per_unit = p.w_type == LinearWeights::kBF16 ? 8 : 16;
   const bool vec = p.k % per_unit == 0 && p.w_group_stride % per_unit == 0 && aligned16(p.w) && aligned16(p.x);
   if (vec) {
     launch_bf16<S, true, kFault>(p, stream);
@@ -413,8 +414,18 @@ const char* linear_launch_refusal(const LinearParams& p) {
   if ((p.shape == LinearShape::kF32) != (p.w_type == LinearWeights::kF32))
     return p.w_type == LinearWeights::kF32 ? "F32 weights need the kF32 shape"
                                            : "BF16 and FP8 weights need a BF16 shape";
-  if ((p.w_type == LinearWeights::kFp8) != (p.w_scales != nullptr))
-    return p.w_scales ? "only FP8 weights take multipliers" : "FP8 weights need their multipliers";
+  const bool scaled = p.w_type == LinearWeights::kFp8 || p.w_type == LinearWeights::kNvfp4;
+  if (scaled != (p.w_scales != nullptr))
+    return p.w_scales ? "only FP8 and NVFP4 weights take multipliers" : "FP8 and NVFP4 weights need their multipliers";
+  if ((p.w_type == LinearWeights::kNvfp4) != (p.w_group_scales != nullptr))
+    return p.w_group_scales ? "only NVFP4 weights take group scales" : "NVFP4 weights need their group scales";
+  if (p.w_type == LinearWeights::kNvfp4) {
+    if (p.k % 16 != 0 || p.w_group_stride % 16 != 0) return "NVFP4 weights come in whole groups of 16 k";
+    const LinearShape sh = p.shape;
+    if (sh != LinearShape::kStream8 && sh != LinearShape::kStream16 && sh != LinearShape::kStream32 &&
+        sh != LinearShape::kStream64)
+      return "NVFP4 weights run on the streaming shapes only";
+  }
   if (p.part_count < 0 || p.part_count > kLinearMaxParts) return "a product writes 0 to kLinearMaxParts parts";
   if (p.part_count > 0) {
     if (p.tiles != nullptr) return "only a plain product writes its output in parts";
@@ -474,7 +485,10 @@ std::vector<LinearVariant> linear_variants(LinearWeights w_type, int64_t rows, L
     p.w_type = w_type;
     // Any address: whether a variant runs does not depend on it.
     static const float any_scale = 1.0f;
-    p.w_scales = w_type == LinearWeights::kFp8 ? &any_scale : nullptr;
+    static const uint8_t any_group_scale = 0x38;
+    const bool scaled = w_type == LinearWeights::kFp8 || w_type == LinearWeights::kNvfp4;
+    p.w_scales = scaled ? &any_scale : nullptr;
+    p.w_group_scales = w_type == LinearWeights::kNvfp4 ? &any_group_scale : nullptr;
     p.rows = static_cast<int32_t>(rows);
     // Any address: whether a variant runs a grouped product does not depend on its tiles (at most the shape's row
     // tile of rows each, as the grouping makes them).
@@ -493,9 +507,11 @@ const char* linear_weights_name(LinearWeights w_type) {
     case LinearWeights::kBF16:
       return "BF16";
     case LinearWeights::kFp8:
+      return "FP8";
+    case LinearWeights::kNvfp4:
       break;
   }
-  return "FP8";
+  return "NVFP4";
 }
 
 const char* linear_stream_kernel_name(LinearStreamKernel kernel) {

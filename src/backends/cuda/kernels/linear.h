@@ -20,6 +20,10 @@
 // BF16), widened in registers as they are loaded: a slice's partial sum is multiplied by its feature's multiplier for
 // that slice (one F32 product, rounded to nearest) as the slice ends, and then joins the running sum or the split
 // product's stored partial sums as a BF16 slice's would.
+// NVFP4 weights (packed E2M1 pairs, an E4M3 scale per feature and 16 k, and one multiplier per feature, core/tensor.h)
+// run the same arithmetic on e2m1 · e4m3, each exactly a BF16 number (at most 6 significant bits, exponents 2^-10 to
+// 2^12), made in registers as the codes are loaded; every slice's partial sum takes the feature's multiplier, the same
+// for all its slices, as FP8's take theirs. They run on the streaming shapes' register ring only (any row count).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,9 +43,11 @@ constexpr int kLinearMaxParts = 4;
 
 // The weights' element type.
 enum class LinearWeights : int {
-  kF32,   // F32, on CUDA cores (kF32 shape)
-  kBF16,  // BF16, on tensor cores (every other shape)
-  kFp8,   // F8_E4M3 with multipliers per feature and K-slice, on tensor cores (every BF16 shape)
+  kF32,    // F32, on CUDA cores (kF32 shape)
+  kBF16,   // BF16, on tensor cores (every other shape)
+  kFp8,    // F8_E4M3 with multipliers per feature and K-slice, on tensor cores (every BF16 shape)
+  kNvfp4,  // packed E2M1 with E4M3 scales per feature and 16 k and a multiplier per feature, on tensor cores (the
+           // streaming shapes' register ring)
 };
 
 // Launch shapes. The weight-streaming shapes serve decode: one warp per 16 output features and every product row
@@ -95,9 +101,12 @@ struct LinearParams {
   const void* w = nullptr;           // [groups, n, k] of w_type: one matrix per group (expert)
   LinearWeights w_type = LinearWeights::kBF16;
   int64_t w_group_stride = 0;  // elements from one group's matrix to the next
-  // kFp8 only: [groups, n, linear_slices(k)] F32, feature f's multiplier for slice s of group g at
-  // (g · n + f) · linear_slices(k) + s.
+  // kFp8: [groups, n, linear_slices(k)] F32, feature f's multiplier for slice s of group g at
+  // (g · n + f) · linear_slices(k) + s. kNvfp4: [groups, n] F32, feature f's multiplier for every slice.
   const float* w_scales = nullptr;
+  // kNvfp4 only: [groups, n, k / 16] E4M3, the scale of k [16 j, 16 j + 16) of feature f of group g at
+  // (g · n + f) · (k / 16) + j. w then holds the codes, [groups, n, k / 2] bytes (k a multiple of 16).
+  const uint8_t* w_group_scales = nullptr;
   float* y = nullptr;  // [rows, n] F32, unless the output is in parts
   // A product of weights stacked by rows (linear_parts) writes each one's features to its own output: with part_count
   // above 0, features [part_end[j - 1], part_end[j]) (from 0 for j = 0) go to part_y[j] [rows, that many] F32, the

@@ -39,28 +39,64 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4& w_lo, cons
 
 // ---- Weight formats. ----
 //
-// What a kernel's weights are stored as (Elem) and how a lane's 8 k of one row become the four BF16 pairs mma_chunk
-// takes: 16 bytes of BF16 as they are, or 8 bytes of E4M3 widened exactly (e4m3x2_to_bf16x2). kScaled: every slice's
-// partial sums take the feature's multiplier for that slice as the slice ends (LinearParams::w_scales).
+// What a kernel's weights are stored as (Elem, kPerElem weights each) and how a lane's 8 k of one row become the four
+// BF16 pairs mma_chunk takes: 16 bytes of BF16 as they are, 8 bytes of E4M3 widened exactly (e4m3x2_to_bf16x2), or 4
+// bytes of E2M1 codes and their group's E4M3 scale (nvfp4_to_bf16x4). kScaled: every slice's partial sums take the
+// feature's multiplier as the slice ends (LinearParams::w_scales), one per slice (kScalePerSlice) or one for all.
 struct Bf16Weights {
   using Elem = uint16_t;
-  static constexpr bool kScaled = false;
+  static constexpr int kPerElem = 1;
+  static constexpr bool kScaled = false, kScalePerSlice = false, kGroupScaled = false;
   static constexpr LinearWeights kType = LinearWeights::kBF16;
 };
 struct Fp8Weights {
   using Elem = uint8_t;
-  static constexpr bool kScaled = true;
+  static constexpr int kPerElem = 1;
+  static constexpr bool kScaled = true, kScalePerSlice = true, kGroupScaled = false;
   static constexpr LinearWeights kType = LinearWeights::kFp8;
 };
+struct Nvfp4Weights {
+  using Elem = uint8_t;
+  static constexpr int kPerElem = 2;
+  static constexpr bool kScaled = true, kScalePerSlice = false, kGroupScaled = true;
+  static constexpr LinearWeights kType = LinearWeights::kNvfp4;
+};
+// The k an NVFP4 group scale covers (core/tensor.h's kNvfp4GroupK).
+constexpr int kNvfp4Group = 16;
 
-// Eight weights of one row in their stored form: 16 bytes of BF16 (uint4) or 8 of E4M3 (uint2).
+// Eight weights of one row in their stored form: 16 bytes of BF16 (uint4), 8 of E4M3 (uint2), or E2M1's 4 bytes of
+// codes (x, element 2j in the low nibble of byte j) with their group's E4M3 scale (y's low byte).
 template <class W>
-using WeightBits = std::conditional_t<W::kScaled, uint2, uint4>;
+using WeightBits = std::conditional_t<std::is_same_v<W, Bf16Weights>, uint4, uint2>;
+
+// Eight E2M1 codes (`codes`, element 2j in the low nibble of byte j) times their group's E4M3 scale as BF16 pairs,
+// lower k in the low half; exact (at most 6 significant bits). Each code's sign goes to a BF16 sign bit and its
+// exponent and mantissa bits to the lowest exponent bits and the top mantissa bit, which is the BF16 value
+// code · 2^-126 (E2M1's exponent bias is 1; its subnormal 0.5 lands on a BF16 subnormal); a multiply by 2^126 restores
+// it and one by the scale applies that, both exact. kSwapNibbles: the planted control reads each byte's codes in the
+// wrong order.
+template <bool kSwapNibbles = false>
+__device__ __forceinline__ uint4 nvfp4_to_bf16x4(uint32_t codes, uint32_t scale_code) {
+  if constexpr (kSwapNibbles) codes = ((codes >> 4) & 0x0f0f0f0fu) | ((codes & 0x0f0f0f0fu) << 4);
+  const uint32_t scale = e4m3x2_to_bf16x2(scale_code * 0x0101u);  // the scale in both halves
+  uint32_t pair[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t b = (codes >> (8 * j)) & 0xffu;
+    const uint32_t bits = ((b & 0x8u) << 12) | ((b & 0x7u) << 6) | ((b & 0x80u) << 24) | ((b & 0x70u) << 18);
+    uint32_t value;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(value) : "r"(bits), "r"(0x7e807e80u));  // 2^126 in each half
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(pair[j]) : "r"(value), "r"(scale));
+  }
+  return make_uint4(pair[0], pair[1], pair[2], pair[3]);
+}
 
 // The stored eight as BF16 pairs, lower k in the low half.
-template <class W>
+template <class W, bool kSwapNibbles = false>
 __device__ __forceinline__ uint4 widen_weights(const WeightBits<W>& v) {
-  if constexpr (W::kScaled) {
+  if constexpr (W::kGroupScaled) {
+    return nvfp4_to_bf16x4<kSwapNibbles>(v.x, v.y);
+  } else if constexpr (W::kScaled) {
     return make_uint4(e4m3x2_to_bf16x2(v.x), e4m3x2_to_bf16x2(v.x >> 16), e4m3x2_to_bf16x2(v.y),
                       e4m3x2_to_bf16x2(v.y >> 16));
   } else {
@@ -68,19 +104,28 @@ __device__ __forceinline__ uint4 widen_weights(const WeightBits<W>& v) {
   }
 }
 
+// NVFP4: the group scales of row `feature` of group `group` from k0 on (nullptr past n, and for other weights). k0
+// and the group stride are whole groups, so the offset is exact.
+template <class W>
+__device__ __forceinline__ const uint8_t* group_scale_row(const LinearParams& p, int group, int feature, int k0) {
+  if constexpr (!W::kGroupScaled) return nullptr;
+  if (feature >= p.n) return nullptr;
+  return p.w_group_scales + (group * p.w_group_stride + static_cast<int64_t>(feature) * p.k + k0) / kNvfp4Group;
+}
+
 // A warp's multipliers for features `feature` (lo) and `feature` + 8 (hi) of group `group` (nullptr past n); 1 for
 // unscaled weights, whose kernels never read them.
 struct SliceScales {
-  const float* lo;  // [slices], nullptr past n
+  const float* lo;  // [slices] (FP8) or [1] (NVFP4), nullptr past n
   const float* hi;
 };
 template <class W>
 __device__ __forceinline__ SliceScales slice_scales(const LinearParams& p, int group, int feature) {
   if constexpr (!W::kScaled) return {nullptr, nullptr};
-  const int slices = (p.k + kSliceK - 1) / kSliceK;
-  const float* base = p.w_scales + static_cast<int64_t>(group) * p.n * slices;
-  return {feature < p.n ? base + static_cast<int64_t>(feature) * slices : nullptr,
-          feature + 8 < p.n ? base + static_cast<int64_t>(feature + 8) * slices : nullptr};
+  const int per_feature = W::kScalePerSlice ? (p.k + kSliceK - 1) / kSliceK : 1;
+  const float* base = p.w_scales + static_cast<int64_t>(group) * p.n * per_feature;
+  return {feature < p.n ? base + static_cast<int64_t>(feature) * per_feature : nullptr,
+          feature + 8 < p.n ? base + static_cast<int64_t>(feature + 8) * per_feature : nullptr};
 }
 
 // ---- Shared-memory stages. ----
@@ -354,7 +399,9 @@ __device__ __forceinline__ SliceMultipliers slice_multipliers(const LinearParams
   if constexpr (!W::kScaled) return {};
   const int slices = (p.k + kSliceK - 1) / kSliceK;
   if (slice >= slices) return {};
-  const int at = kFault == KernelFault::kLinearFp8ScaleNextSlice ? (slice + 1) % slices : slice;
+  const int at = !W::kScalePerSlice                                ? 0
+                 : kFault == KernelFault::kLinearFp8ScaleNextSlice ? (slice + 1) % slices
+                                                                   : slice;
   return {scales.lo != nullptr ? __ldg(scales.lo + at) : 0.0f, scales.hi != nullptr ? __ldg(scales.hi + at) : 0.0f};
 }
 

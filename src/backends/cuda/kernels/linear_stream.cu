@@ -12,13 +12,20 @@ namespace {
 
 // ---- The BF16 streaming kernel (decode). ----
 
-// The lane's 8 k from kk of one weight row (nullptr: a feature past n) in their stored form, zero past k. kVec: one
-// load of all eight (row aligned, k a multiple of 8, so the 8 k are all in or all out); otherwise element by element,
-// the same bits.
-template <class W, bool kVec>
-__device__ __forceinline__ WeightBits<W> weight_unit(const typename W::Elem* row, int kk, int k) {
+// The lane's 8 k from kk of one weight row (nullptr: a feature past n) in their stored form, zero past k; NVFP4 with
+// the scale of their group from `groups` (the row's group scales; the planted control takes the neighbouring group's
+// where the row has one). kVec: one load of all eight (row aligned, k a multiple of 8, so the 8 k are all in or all
+// out); otherwise element by element, the same bits. NVFP4 rows are whole groups of 16, always aligned for the one
+// 4-byte load.
+template <class W, bool kVec, KernelFault kFault = KernelFault::kNone>
+__device__ __forceinline__ WeightBits<W> weight_unit(const typename W::Elem* row, const uint8_t* groups, int kk,
+                                                     int k) {
   if (row == nullptr || kk >= k) return WeightBits<W>{};
-  if constexpr (kVec) {
+  if constexpr (W::kGroupScaled) {
+    int group = kk / kNvfp4Group;
+    if (kFault == KernelFault::kLinearNvfp4ScaleNextGroup && (group ^ 1) * kNvfp4Group < k) group ^= 1;
+    return make_uint2(load_streamed_4(row + kk / 2), __ldg(groups + group));
+  } else if constexpr (kVec) {
     if constexpr (W::kScaled) {
       return load_streamed_8(row + kk);
     } else {
@@ -85,7 +92,6 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   // A warp wholly past n loads and multiplies nothing, but still stages activations and meets the barriers.
   const bool warp_active = warp_feature0 < p.n;
   using WElem = typename W::Elem;
-  const WElem* w = static_cast<const WElem*>(p.w) + rt.group * p.w_group_stride;  // [n, k]
   const int feature = warp_feature0 + g;
   const SliceScales scales = slice_scales<W>(p, rt.group, feature);
   const auto* x = static_cast<const XElem*>(p.x);  // [x_rows, k]
@@ -93,8 +99,12 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
   // addressed from k0, so each run of the ring reads exactly its slices.
   const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
   const int k0 = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - k0;
-  const WElem* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + k0 : nullptr;          // [k_len]
-  const WElem* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + k0 : nullptr;  // [k_len]
+  // Weight rows in their stored form (NVFP4: two k a byte; every offset whole groups, so the halving is exact).
+  const WElem* w = static_cast<const WElem*>(p.w) + rt.group * p.w_group_stride / W::kPerElem;  // [n, k]
+  const WElem* w_lo = feature < p.n ? w + (static_cast<int64_t>(feature) * p.k + k0) / W::kPerElem : nullptr;
+  const WElem* w_hi = feature + 8 < p.n ? w + (static_cast<int64_t>(feature + 8) * p.k + k0) / W::kPerElem : nullptr;
+  const uint8_t* groups_lo = group_scale_row<W>(p, rt.group, feature, k0);      // [k_len / 16], NVFP4 only
+  const uint8_t* groups_hi = group_scale_row<W>(p, rt.group, feature + 8, k0);  // [k_len / 16], NVFP4 only
   const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
   const int slabs = (all_chunks + S::kRing - 1) / S::kRing;
   // The planted control leaves the product's last chunk out of every reduction.
@@ -106,8 +116,8 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
 #pragma unroll
   for (int i = 0; i < S::kRing; ++i) {
     const int kk = i * kChunkK + 8 * q;
-    ring[i].lo = warp_active ? weight_unit<W, kVec>(w_lo, kk, k_len) : WeightBits<W>{};
-    ring[i].hi = warp_active ? weight_unit<W, kVec>(w_hi, kk, k_len) : WeightBits<W>{};
+    ring[i].lo = warp_active ? weight_unit<W, kVec, kFault>(w_lo, groups_lo, kk, k_len) : WeightBits<W>{};
+    ring[i].hi = warp_active ? weight_unit<W, kVec, kFault>(w_hi, groups_hi, kk, k_len) : WeightBits<W>{};
   }
   // Each slab is one cp.async group, so waiting for all but the newest group waits for the slab about to be used.
   if (slabs > 0) stage_x_slab<S, kVec>(x, x_offset, rows, k_end, k0, smem);
@@ -134,7 +144,8 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
       for (int i = 0; i < S::kRing; ++i) {
         const int c = s * S::kRing + i;
         if (c < chunks) {
-          const uint4 lo = widen_weights<W>(ring[i].lo), hi = widen_weights<W>(ring[i].hi);
+          constexpr bool kSwap = kFault == KernelFault::kLinearNvfp4NibblesSwapped;
+          const uint4 lo = widen_weights<W, kSwap>(ring[i].lo), hi = widen_weights<W, kSwap>(ring[i].hi);
 #pragma unroll
           for (int nt = 0; nt < S::kNTiles; ++nt) {
             const int row = nt * 8 + g;
@@ -151,8 +162,8 @@ __global__ void __launch_bounds__(32 * kStreamMaxWarps, S::kMinBlocks) linear_st
           multipliers = slice_multipliers<W, kFault>(p, scales, slice + 1);
         }
         const int kk = (c + S::kRing) * kChunkK + 8 * q;
-        ring[i].lo = weight_unit<W, kVec>(w_lo, kk, k_len);
-        ring[i].hi = weight_unit<W, kVec>(w_hi, kk, k_len);
+        ring[i].lo = weight_unit<W, kVec, kFault>(w_lo, groups_lo, kk, k_len);
+        ring[i].hi = weight_unit<W, kVec, kFault>(w_hi, groups_hi, kk, k_len);
       }
     }
     // Everyone is done with slab s before the next round refills its buffer.
@@ -418,10 +429,11 @@ struct RingFor<Stream16, Fp8Weights> {
   using type = Ring16Fp8;
 };
 
-// Calls fn with the weight format (Bf16Weights{} or Fp8Weights{}) of p's BF16-shape weights.
+// Calls fn with the weight format (Bf16Weights{}, Fp8Weights{} or Nvfp4Weights{}) of p's BF16-shape weights.
 template <class Fn>
 decltype(auto) visit_weights(const LinearParams& p, Fn&& fn) {
   if (p.w_type == LinearWeights::kFp8) return fn(Fp8Weights{});
+  if (p.w_type == LinearWeights::kNvfp4) return fn(Nvfp4Weights{});
   return fn(Bf16Weights{});
 }
 
@@ -478,13 +490,18 @@ void launch_stream(const LinearParams& p, cudaStream_t stream) {
   launch_kernel(kernel, static_cast<unsigned>(blocks), 32 * warps, S::kSmemBytes, stream, p);
 }
 
-// FP8 weights carry their own planted control and the production kernel only: the other controls check the code
-// they share with BF16 there.
+// FP8 and NVFP4 weights carry their own planted controls and the production kernel only: the other controls check
+// the code they share with BF16 there.
 template <class S, bool kVec>
 void launch_stream_fault(const LinearParams& p, KernelFault fault, cudaStream_t stream) {
   if (p.w_type == LinearWeights::kFp8) {
     dispatch_fault<KernelFault::kLinearFp8ScaleNextSlice>(
         fault, [&](auto planted) { launch_stream<S, Fp8Weights, kVec, decltype(planted)::value>(p, stream); });
+    return;
+  }
+  if (p.w_type == LinearWeights::kNvfp4) {
+    dispatch_fault<KernelFault::kLinearNvfp4NibblesSwapped, KernelFault::kLinearNvfp4ScaleNextGroup>(
+        fault, [&](auto planted) { launch_stream<S, Nvfp4Weights, kVec, decltype(planted)::value>(p, stream); });
     return;
   }
   dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearSplitFoldsReversed,
@@ -512,7 +529,9 @@ const char* stream_refusal(const LinearParams& p) {
         return "the register-ring kernel runs 1 to 4 warps a block (0: by the GPU's size)";
       break;
     case LinearStreamKernel::kSharedRing:
-      if constexpr (std::is_void_v<R>) {
+      if constexpr (W::kGroupScaled) {
+        return "NVFP4 weights run on the register-ring kernel only";
+      } else if constexpr (std::is_void_v<R>) {
         return "the shared-memory ring kernel serves kStream8 and kStream16 only";
       } else {
         if (p.stream_warps != 0) return "the shared-memory ring kernel's warps per block are fixed by its shape";

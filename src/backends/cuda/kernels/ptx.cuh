@@ -115,6 +115,13 @@ __device__ __forceinline__ uint2 load_streamed_8(const uint8_t* p) {
   return v;
 }
 
+// 4 bytes of weights that are read once, as load_streamed.
+__device__ __forceinline__ uint32_t load_streamed_4(const uint8_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
 // ---- BF16. ----
 
 // Two F32 values as a BF16 pair rounded to nearest even, `lo` in the low half.
