@@ -9,12 +9,13 @@
 
 namespace plumb::test {
 
-// A host tensor that owns a copy of t's elements (t itself may be a view of shared memory), and of an FP8 weight's
-// block scales.
+// A host tensor that owns a copy of t's elements (t itself may be a view of shared memory), and of a quantized
+// weight's scales.
 inline Tensor clone(const Tensor& t) {
   Tensor c = Tensor::zeros(t.dtype(), t.shape());
   std::memcpy(c.data(), t.data(), t.nbytes());
   if (const Tensor* scales = t.block_scales()) c = c.with_block_scales(clone(*scales));
+  if (const Tensor* scales = t.group_scales()) c = c.with_group_scales(clone(*scales));
   return c;
 }
 

@@ -297,10 +297,11 @@ void launch_bf16(const LinearParams& p, cudaStream_t stream) {
     constexpr KernelFault kFp8Fault = kFault == KernelFault::kLinearFp8ScaleNextSlice ? kFault : KernelFault::kNone;
     launch_tiled<S, Fp8Weights, kVec, kFp8Fault>(p, stream);
   } else {
-    // The split faults are the streaming kernels' alone: the tiled kernel never splits K.
-    constexpr bool kOtherFault = kFault == KernelFault::kLinearSplitFoldsReversed ||
-                                 kFault == KernelFault::kLinearSplitDropsSlice ||
-                                 kFault == KernelFault::kLinearFp8ScaleNextSlice;
+    // The split faults are the streaming kernels' alone (the tiled kernel never splits K), and so are NVFP4's.
+    constexpr bool kOtherFault =
+        kFault == KernelFault::kLinearSplitFoldsReversed || kFault == KernelFault::kLinearSplitDropsSlice ||
+        kFault == KernelFault::kLinearFp8ScaleNextSlice || kFault == KernelFault::kLinearNvfp4NibblesSwapped ||
+        kFault == KernelFault::kLinearNvfp4ScaleNextGroup;
     launch_tiled<S, Bf16Weights, kVec, kOtherFault ? KernelFault::kNone : kFault>(p, stream);
   }
 }
@@ -609,7 +610,8 @@ int linear_ring_smem_bytes(LinearShape shape, int rows) {
 void launch_linear(const LinearParams& params, KernelFault fault, cudaStream_t stream) {
   dispatch_fault<KernelFault::kLinearDropsLastKTile, KernelFault::kLinearSplitFoldsReversed,
                  KernelFault::kLinearSplitDropsSlice, KernelFault::kLinearF32DropsKRemainder,
-                 KernelFault::kLinearPartsSkipBoundary, KernelFault::kLinearFp8ScaleNextSlice>(
+                 KernelFault::kLinearPartsSkipBoundary, KernelFault::kLinearFp8ScaleNextSlice,
+                 KernelFault::kLinearNvfp4NibblesSwapped, KernelFault::kLinearNvfp4ScaleNextGroup>(
       fault, [&](auto planted) { launch_linear_variant<decltype(planted)::value>(params, stream); });
 }
 
