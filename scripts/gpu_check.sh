@@ -2,7 +2,7 @@
 # The whole GPU check in one call on the H200 machine. Build here first (scripts/build_device.sh), then on the
 # device machine, from the repository root, with build/device/bin.tar.xz carried:
 #   bash scripts/gpu_check.sh [linear] [boundary] [sampler] [harness] [e2e] [sanitize] [bench] [speculative] [constrained]
-#     [fp8] [serve] [heldout] [demo] [ab] [profile] [stalls] [timeline]
+#     [fp8] [nvfp4] [serve] [heldout] [demo] [ab] [profile] [stalls] [timeline]
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
 #           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
@@ -30,7 +30,8 @@
 #           fit a call beside the device pack: carry it packed, 1.4 MB, made here by
 #           `tar -C .cache -cJf .cache/qwen3-tokenizer.tar.xz qwen3-tokenizer` (carry .cache/qwen3-tokenizer.tar.xz)
 # fp8       plumb bench --weights fp8 (decode and prefill, no kernel table): the whole 48-layer Qwen3-Next-80B-A3B and
-#           Qwen3.5-35B-A3B
+#           Qwen3.5-35B-A3B (the 80B's FP8 weights, about 82 GB, need an H200)
+# nvfp4     the same with --weights nvfp4
 # serve     bench/server/load.py against plumb serve --device cuda --synthetic qwen3.5-35b-a3b --max-batch 64 at
 #           concurrency 1, 16 and 64 (prompts of 512 token ids, 64 generated; greedy, then sampled at 1 and 64 with
 #           the draw on the GPU and, through min_p, on the host), the same served with --speculative-tokens 3 at 1 and
@@ -70,7 +71,7 @@ out=${OUT:-/tmp/plumb-gpu-check}
 mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
-default_steps="linear boundary sampler harness e2e sanitize bench speculative constrained fp8 serve multiturn heldout demo profile timeline"
+default_steps="linear boundary sampler harness e2e sanitize bench speculative constrained fp8 nvfp4 serve multiturn heldout demo profile timeline"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
 declare -A result
@@ -208,15 +209,17 @@ if want constrained; then
   record constrained "$([ "${PIPESTATUS[0]}" = 0 ] && echo pass || echo FAIL)"
 fi
 
-if want fp8; then
-  echo "== plumb bench --weights fp8: Qwen3-Next-80B-A3B (all 48 layers) and Qwen3.5-35B-A3B"
-  ok=pass
-  for model in qwen3-next-80b-a3b qwen3.5-35b-a3b; do
-    "$plumb" bench --device cuda --synthetic --model $model --weights fp8 --commit "$commit" \
-      --json "$out/bench_fp8_$model.json" 2>&1 | tee "$out/bench_fp8_$model.log" || ok=FAIL
-  done
-  record fp8 $ok
-fi
+for weights in fp8 nvfp4; do
+  if want $weights; then
+    echo "== plumb bench --weights $weights: Qwen3-Next-80B-A3B (all 48 layers) and Qwen3.5-35B-A3B"
+    ok=pass
+    for model in qwen3-next-80b-a3b qwen3.5-35b-a3b; do
+      "$plumb" bench --device cuda --synthetic --model $model --weights $weights --commit "$commit" \
+        --json "$out/bench_${weights}_$model.json" 2>&1 | tee "$out/bench_${weights}_$model.log" || ok=FAIL
+    done
+    record $weights $ok
+  fi
+done
 
 if want serve; then
   echo "== plumb serve --device cuda under load (35B shapes, random weights) and its determinism (models/default)"
