@@ -72,8 +72,17 @@ mkdir -p "$out"
 ab_base=${PLUMB_AB_BASE:-build/ab-base/bin/plumb}
 [ -f build/ab-base/bin.tar.xz ] && tar -C build/ab-base -xJf build/ab-base/bin.tar.xz
 default_steps="linear boundary sampler harness e2e sanitize bench speculative constrained fp8 nvfp4 serve multiturn heldout demo profile timeline"
+# Every step there is; ab runs by default only where a baseline is there, stalls only when asked for.
+known_steps="$default_steps ab stalls"
 [ -x "$ab_base" ] && default_steps+=" ab"
 steps=${*:-$default_steps}
+# A step name this script does not know (a typo) would run nothing and still exit 0: refuse it.
+for step in $steps; do
+  [[ " $known_steps " == *" $step "* ]] || {
+    echo "gpu_check.sh: unknown step '$step' (steps: $known_steps)" >&2
+    exit 2
+  }
+done
 declare -A result
 want() { [[ " $steps " == *" $1 "* ]]; }
 record() { result[$1]=$2; echo "== $1: $2"; }

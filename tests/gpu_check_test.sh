@@ -52,5 +52,14 @@ expect FAIL 0 '[==========] 0 tests from 0 test suites ran. (0 ms total)
 [  PASSED  ] 0 tests.'
 expect FAIL 1 '[  PASSED  ] 1 test.
 [  FAILED  ] 1 test, listed below:'
-[ $status = 0 ] && echo "gpu_check_test: the harness step passes only a run with tests passed and none skipped"
+# A mistyped step is refused by name before anything runs, not recorded as "not run" with exit 0.
+log=$(env -u PLUMB_REQUIRE_GPU OUT="$work/out" bash "$work/scripts/gpu_check.sh" harness nvpf4 2>&1)
+code=$?
+if [ $code != 2 ] || [[ "$log" != *"unknown step 'nvpf4'"* ]] || [[ "$log" == *"== harness"* ]]; then
+  echo "gpu_check_test: a mistyped step ran or was not named (exit $code):"
+  echo "$log"
+  status=1
+fi
+
+[ $status = 0 ] && echo "gpu_check_test: the harness step passes only a run with tests passed and none skipped, and an unknown step is refused"
 exit $status
