@@ -139,9 +139,13 @@ void print_model_report(const InspectArgs& args) {
   }
   fmt::print("context      {} tokens (max_position_embeddings)\n", c.max_position_embeddings);
   if (c.fp8) fmt::print("quantization fp8 e4m3, blocks {}x{}\n", c.fp8->block_rows, c.fp8->block_cols);
-  if (c.nvfp4)
+  if (c.nvfp4) {
     fmt::print("quantization nvfp4 (ModelOpt), groups of {}, {} excluded module patterns\n", c.nvfp4->group_size,
                c.nvfp4->exclude_modules.size());
+    if (c.nvfp4->fp8_kv_cache_declared)
+      fmt::print(
+          "kv cache     declared FP8: its k/v scales are checked and not applied; plumb keeps the cache in BF16\n");
+  }
 
   fmt::print("\nparameters by kind (as stored)\n");
   for (const auto& [kind, t] : kinds) fmt::print("  {:<16} {:>16L} {:>14}\n", kind, t.params, human_bytes(t.bytes));

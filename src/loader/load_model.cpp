@@ -60,6 +60,25 @@ bool matches_glob(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
+// A calibrated FP8 KV-cache scale, which ModelOpt writes beside an attention layer's k_proj and v_proj
+// (`...self_attn.k_proj.k_scale`, `...self_attn.v_proj.v_scale`) when the config declares an FP8 KV cache: checked to
+// be one finite positive F32 and not applied, since plumb's cache stays in BF16 (config.cpp, parse_modelopt).
+bool is_kv_cache_scale(const CheckpointFiles& files, const ModelConfig& c, const std::string& name) {
+  if (!c.nvfp4 || !c.nvfp4->fp8_kv_cache_declared) return false;
+  std::string module;
+  for (const std::string_view suffix : {".self_attn.k_proj.k_scale", ".self_attn.v_proj.v_scale"})
+    if (name.ends_with(suffix)) module = name.substr(0, name.size() - std::string_view(".k_scale").size());
+  if (module.empty() || !files.contains(module + ".weight")) return false;
+  const TensorInfo& info = files.info(name);
+  PLUMB_CHECK(info.dtype == DType::kF32 && shape_numel(info.shape) == 1,
+              "KV-cache scale '{}' in {} is {} {}, expected one F32 value", name, info.file, dtype_name(info.dtype),
+              shape_str(info.shape));
+  const float value = *files.tensor(name).f32();
+  PLUMB_CHECK(std::isfinite(value) && value > 0.0f, "KV-cache scale '{}' in {} is {}, expected a positive number", name,
+              info.file, value);
+  return true;
+}
+
 // The scales of an NVFP4 weight: [N, K / 16] E4M3, one F32, and the activation scale plumb does not use (the
 // products take BF16 activations).
 struct Nvfp4Scales {
@@ -265,7 +284,7 @@ LoadedModel load_model(const std::string& model_dir, Backend& backend, const Loa
     progress.read(slot);
   }
   for (const std::string& name : files.names()) {
-    if (used.count(name) || is_ignored(name, c, options.mtp)) continue;
+    if (used.count(name) || is_ignored(name, c, options.mtp) || is_kv_cache_scale(files, c, name)) continue;
     PLUMB_FAIL("unexpected tensor '{}' in {}: a {} model with this config.json has no such weight", name,
                files.info(name).file, c.model_type);
   }

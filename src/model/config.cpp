@@ -178,9 +178,24 @@ void parse_mlp_kinds(const FieldReader& f, ModelConfig& c) {
 void parse_modelopt(const FieldReader& q, ModelConfig& c) {
   const std::string algo = q.string("quant_algo");
   PLUMB_CHECK(algo == "NVFP4", "{}: quant_algo '{}' is not supported (plumb reads ModelOpt's NVFP4)", q.where(), algo);
-  PLUMB_CHECK(!q.has("kv_cache_quant_algo") && !q.has("kv_cache_scheme"),
-              "{}: a quantized KV cache is not supported (plumb keeps it in BF16)", q.where());
   Nvfp4Quantization n;
+  // NVIDIA's NVFP4 builds declare an FP8 KV cache and store a calibrated k_scale / v_scale beside each attention
+  // layer's k_proj / v_proj. plumb keeps the cache in BF16 (the model's own precision, what its BF16 parent ran
+  // with), so the scales are checked and not applied; any other KV format is refused.
+  if (q.has("kv_cache_quant_algo")) {
+    const std::string kv = q.string("kv_cache_quant_algo");
+    PLUMB_CHECK(kv == "FP8" || kv == "fp8",
+                "{}: kv_cache_quant_algo '{}' is not supported (plumb reads 'FP8' KV scales and keeps the cache in "
+                "BF16)",
+                q.where(), kv);
+    n.fp8_kv_cache_declared = true;
+  }
+  if (q.has("kv_cache_scheme")) {
+    const FieldReader kv(q.object("kv_cache_scheme"), q.where() + ".kv_cache_scheme");
+    PLUMB_CHECK(kv.integer("num_bits") == 8 && kv.string("type") == "float",
+                "{}: only an 8-bit float KV cache is understood (plumb keeps the cache in BF16)", kv.where());
+    n.fp8_kv_cache_declared = true;
+  }
   n.group_size = q.integer("group_size", 16);
   if (q.has("config_groups")) {
     for (const auto& [group, spec] : q.object("config_groups").items()) {

@@ -31,6 +31,7 @@ struct Fp8Quantization {
 struct Nvfp4Quantization {
   int64_t group_size = 16;
   std::vector<std::string> exclude_modules;  // modules left unquantized, as written ('*' matches any run of characters)
+  bool fp8_kv_cache_declared = false;        // kv_cache_quant_algo FP8: k/v scales may sit beside k_proj / v_proj
 };
 
 struct ModelConfig {

@@ -244,8 +244,60 @@ TEST_F(Nvfp4, RefusesOtherAlgorithmsAndGroupSizes) {
   quant_config_["quantization"]["group_size"] = 32;
   EXPECT_THAT(load_error(), HasSubstr("group_size 32 does not match NVFP4's groups of 16"));
   quant_config_["quantization"]["group_size"] = 16;
+  quant_config_["quantization"]["kv_cache_quant_algo"] = "NVFP4";
+  EXPECT_THAT(load_error(), HasSubstr("kv_cache_quant_algo 'NVFP4' is not supported"));
+}
+
+// NVIDIA's NVFP4 builds declare an FP8 KV cache and carry its calibrated scales beside k_proj and v_proj. plumb keeps
+// the cache in BF16: the folder loads as the same model, and the scales are checked, not applied.
+class Nvfp4KvScales : public Nvfp4 {
+ protected:
+  void SetUp() override {
+    Nvfp4::SetUp();
+    quant_config_["quantization"]["kv_cache_quant_algo"] = "FP8";
+    for (const test::NamedTensor& t : twin_) {
+      const std::string suffix = ".self_attn.k_proj.weight";
+      if (!t.name.ends_with(suffix)) continue;
+      const std::string attn = t.name.substr(0, t.name.size() - suffix.size()) + ".self_attn";
+      scales_.push_back(f32_tensor(attn + ".k_proj.k_scale", {}, {0.031f}));
+      scales_.push_back(f32_tensor(attn + ".v_proj.v_scale", {}, {0.027f}));
+    }
+  }
+  std::string load_error_with_scales() {
+    nvfp4_.insert(nvfp4_.end(), scales_.begin(), scales_.end());
+    return load_error();
+  }
+  std::vector<test::NamedTensor> scales_;
+};
+
+TEST_F(Nvfp4KvScales, LoadAsTheModelWithoutThem) {
+  ASSERT_GE(scales_.size(), 2u);
+  EXPECT_EQ(load_error_with_scales(), "(loaded)");
+  test::write_model_folder(twin_dir_, config_, twin_);
+  const std::vector<float> got = prompt_logits(dir_), want = prompt_logits(twin_dir_);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST_F(Nvfp4KvScales, AreDeclaredByAKvCacheSchemeToo) {
+  quant_config_["quantization"].erase("kv_cache_quant_algo");
+  quant_config_["quantization"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"dynamic", false}};
+  EXPECT_EQ(load_error_with_scales(), "(loaded)");
+  quant_config_["quantization"]["kv_cache_scheme"]["num_bits"] = 4;
+  EXPECT_THAT(load_error(), HasSubstr("kv_cache_scheme: only an 8-bit float KV cache is understood"));
+}
+
+TEST_F(Nvfp4KvScales, AreRefusedWhenUndeclaredMisshapenOrNotPositive) {
+  const std::string name = scales_[0].name;
+  quant_config_["quantization"]["kv_cache_quant_algo"] = nullptr;
+  EXPECT_THAT(load_error_with_scales(), HasSubstr("unexpected tensor '" + name + "'"));
   quant_config_["quantization"]["kv_cache_quant_algo"] = "FP8";
-  EXPECT_THAT(load_error(), HasSubstr("a quantized KV cache is not supported"));
+  tensor(name) = f32_tensor(name, {2}, {0.5f, 0.5f});
+  EXPECT_THAT(load_error(), AllOf(HasSubstr("KV-cache scale '" + name + "'"), HasSubstr("expected one F32 value")));
+  tensor(name) = f32_tensor(name, {}, {std::numeric_limits<float>::quiet_NaN()});
+  EXPECT_THAT(load_error(), AllOf(HasSubstr("KV-cache scale '" + name + "'"), HasSubstr("expected a positive number")));
+  tensor(name) = f32_tensor(name, {}, {0.0f});
+  EXPECT_THAT(load_error(), HasSubstr("expected a positive number"));
 }
 
 }  // namespace
