@@ -21,7 +21,7 @@ elif [ $# -gt 0 ]; then
   exit 2
 fi
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLUMB_BUILD_TESTS=ON >/dev/null
-all="plumb gpu_op_harness gpu_model_test linear_bench stream_ceiling fp8_stream_arith phase_boundary plumb_gpu_sampler_bench
+all="plumb gpu_op_harness gpu_model_test linear_bench stream_ceiling quantized_stream_arith phase_boundary plumb_gpu_sampler_bench
      plumb_kernel_bench"
 programs=${PLUMB_DEVICE_PROGRAMS:-$all}
 [ -n "$ab_base_into" ] && programs=plumb

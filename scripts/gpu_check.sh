@@ -7,7 +7,8 @@
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
 #           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
 #           (bench/linear/cublas.py); then the same for FP8 weights (linear_bench --weights fp8); the weight streams'
-#           ceilings (stream_ceiling) and what the FP8 arithmetic costs a stream (fp8_stream_arith)
+#           ceilings (stream_ceiling) and what the FP8 and NVFP4 arithmetic costs a stream
+#           (quantized_stream_arith)
 # boundary  bench/step/phase_boundary.cu: what a dependency between two phases of a decode step costs as kernel
 #           launches replayed from a graph and as grid barriers in one persistent kernel (one-block phases and weight
 #           streams of the 35B products; the persistent one also with the next phase's weights in flight across
@@ -106,9 +107,13 @@ if want linear; then
   # What one launch of each size can reach by only reading its weights (bench/linear/stream_ceiling.cu).
   "$bin/stream_ceiling" "$out/stream_ceiling.json" 2>&1 | tee "$out/stream_ceiling.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1
-  # What the widening and the MMAs cost an FP8 stream, beside E4M3 MMAs on the codes (bench/linear/fp8_stream_arith.cu).
-  "$bin/fp8_stream_arith" "$out/fp8_stream_arith.json" 2>&1 | tee "$out/fp8_stream_arith.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || code=1
+  # What the widening and the MMAs cost an FP8 and an NVFP4 stream, beside E4M3 MMAs on FP8 codes and a byte-permute
+  # widening of NVFP4 codes (bench/linear/quantized_stream_arith.cu).
+  for weights in fp8 nvfp4; do
+    "$bin/quantized_stream_arith" "$weights" "$out/quantized_stream_arith_$weights.json" 2>&1 |
+      tee "$out/quantized_stream_arith_$weights.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || code=1
+  done
   record linear "$([ "$code" = 0 ] && echo pass || echo FAIL)"
 fi
 

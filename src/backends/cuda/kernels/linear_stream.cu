@@ -228,6 +228,7 @@ struct StagedWeights {
   }
 
   // The lane's 8 k of chunk c of rows g (lo) and g + 8 (hi), widened to BF16 pairs.
+  template <KernelFault kFault>
   __device__ static void read(const char* src, int c, uint4* lo, uint4* hi) {
     const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
     if constexpr (W::kScaled) {
@@ -238,6 +239,70 @@ struct StagedWeights {
       *lo = *reinterpret_cast<const uint4*>(src + (2 * c * 32 + lane) * kLaneBytes);
       *hi = *reinterpret_cast<const uint4*>(src + ((2 * c + 1) * 32 + lane) * kLaneBytes);
     }
+  }
+};
+
+// NVFP4: the warp's 16 rows, a slice's 64 bytes of codes each, then their 8 group scales each. Codes are copied a
+// 16-byte unit a lane and instruction (rows 8j + lane / 4, unit lane % 4); unit u of row r sits at unit
+// u ^ ((r / 2) mod 4), so that a warp's 4-byte reads (rows g, unit c, bytes 4q) meet every bank once. Lanes 0-15 copy
+// a row's 8 scales each. The copies need k and the matrices' stride multiples of a slice (`whole`: rows of whole
+// 16-byte units of codes and 8-byte aligned runs of scales); otherwise a stage is copied a byte at a time, the same
+// bytes. Past k and past n the codes are zero, so their products are zero whatever the scales.
+template <>
+struct StagedWeights<Nvfp4Weights> {
+  static constexpr int kRowCodeBytes = kSliceK / 2, kRowScales = kSliceK / kNvfp4Group;
+  static constexpr int kScaleOffset = 16 * kRowCodeBytes;
+  static constexpr int kBytes = kScaleOffset + 16 * kRowScales;  // a warp's, one stage
+
+  __device__ static int code_offset(int row, int unit) { return row * kRowCodeBytes + (unit ^ ((row / 2) & 3)) * 16; }
+
+  // Copies k [k0, k0 + kSliceK) of the warp's rows into `dst`. w_warp: the warp's first row's codes from the block's
+  // first k; scales_warp: its group scales from there; `valid_rows` of the 16 before n's edge; k_len: the block's k.
+  __device__ static void load(char* dst, const uint8_t* w_warp, const uint8_t* scales_warp, int valid_rows, bool whole,
+                              int64_t k, int k0, int k_len) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t row_bytes = k / 2, row_scales = k / kNvfp4Group;
+    if (whole) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int row = 8 * j + lane / 4, unit = lane % 4;
+        const bool valid = row < valid_rows && k0 + 32 * unit < k_len;
+        cp_async_16(dst + code_offset(row, unit), valid ? w_warp + row * row_bytes + k0 / 2 + 16 * unit : w_warp,
+                    valid);
+      }
+      if (lane < 16) {
+        const bool valid = lane < valid_rows && k0 < k_len;
+        cp_async_8(dst + kScaleOffset + lane * kRowScales,
+                   valid ? scales_warp + lane * row_scales + k0 / kNvfp4Group : scales_warp, valid);
+      }
+    } else {
+      for (int i = lane; i < 16 * kRowCodeBytes; i += 32) {
+        const int row = i / kRowCodeBytes, byte = i % kRowCodeBytes;
+        const bool valid = row < valid_rows && k0 + 2 * byte < k_len;
+        dst[code_offset(row, byte / 16) + byte % 16] = valid ? w_warp[row * row_bytes + k0 / 2 + byte] : 0;
+      }
+      for (int i = lane; i < 16 * kRowScales; i += 32) {
+        const int row = i / kRowScales, group = i % kRowScales;
+        const bool valid = row < valid_rows && k0 + kNvfp4Group * group < k_len;
+        dst[kScaleOffset + i] = valid ? scales_warp[row * row_scales + k0 / kNvfp4Group + group] : 0;
+      }
+    }
+  }
+
+  // The lane's 8 k of chunk c of rows g (lo) and g + 8 (hi), widened to BF16 pairs (the planted controls: each byte's
+  // codes swapped, or the scale of the other group of the lane's pair).
+  template <KernelFault kFault>
+  __device__ static void read(const char* src, int c, uint4* lo, uint4* hi) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+    const int group = 2 * c + (kFault == KernelFault::kLinearNvfp4ScaleNextGroup ? (q / 2) ^ 1 : q / 2);
+    constexpr bool kSwap = kFault == KernelFault::kLinearNvfp4NibblesSwapped;
+    const auto unit = [&](int row) {
+      const uint32_t codes = *reinterpret_cast<const uint32_t*>(src + code_offset(row, c) + 4 * q);
+      const uint8_t scale = *reinterpret_cast<const uint8_t*>(src + kScaleOffset + row * kRowScales + group);
+      return widen_weights<Nvfp4Weights, kSwap>(make_uint2(codes, scale));
+    };
+    *lo = unit(g);
+    *hi = unit(g + 8);
   }
 };
 
@@ -268,6 +333,9 @@ using Ring8 = RingShape<1, 1, 6, Bf16Weights>;
 using Ring16 = RingShape<2, 4, 8, Bf16Weights>;
 using Ring8Fp8 = RingShape<1, 1, 4, Fp8Weights>;
 using Ring16Fp8 = RingShape<2, 4, 4, Fp8Weights>;
+// NVFP4 as FP8 (its stages hold 1152 bytes of weights a warp, FP8's 2 KB).
+using Ring8Nvfp4 = RingShape<1, 1, 4, Nvfp4Weights>;
+using Ring16Nvfp4 = RingShape<2, 4, 4, Nvfp4Weights>;
 
 // The block's barrier: __syncwarp for a block of one warp.
 template <class S>
@@ -321,15 +389,17 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
   // The block's slices: k [kb, k_end), one slice a stage. Weight rows are addressed from kb.
   const SliceRange sr = slice_range(p, static_cast<int>(blockIdx.x) % p.k_split);
   const int kb = sr.begin * kSliceK, k_end = min(p.k, sr.end * kSliceK), k_len = k_end - kb;
-  const WElem* w = static_cast<const WElem*>(p.w) + rt.group * p.w_group_stride;                       // [n, k]
-  const WElem* w_lo = feature < p.n ? w + static_cast<int64_t>(feature) * p.k + kb : nullptr;          // [k_len]
-  const WElem* w_hi = feature + 8 < p.n ? w + static_cast<int64_t>(feature + 8) * p.k + kb : nullptr;  // [k_len]
+  // Weight rows in their stored form (NVFP4: two k a byte; every offset whole groups, so the halving is exact).
+  const WElem* w = static_cast<const WElem*>(p.w) + rt.group * p.w_group_stride / W::kPerElem;  // [n, k]
+  const WElem* w_lo = feature < p.n ? w + (static_cast<int64_t>(feature) * p.k + kb) / W::kPerElem : nullptr;
+  const WElem* w_hi = feature + 8 < p.n ? w + (static_cast<int64_t>(feature + 8) * p.k + kb) / W::kPerElem : nullptr;
   const SliceScales scales = slice_scales<W>(p, rt.group, feature);
   const auto* x = static_cast<const float*>(p.x);  // [x_rows, k]
   const int slab_bytes = rows * S::kUnitsX * 16;
   const int stage_bytes = slab_bytes + S::kWarps * S::kWeightBytes;
   const int warp_weights = slab_bytes + warp * S::kWeightBytes;  // this warp's, in a stage
-  const WElem* w_warp = warp_active ? w + static_cast<int64_t>(warp_feature0) * p.k + kb : w;  // [16, k] from kb
+  const WElem* w_warp = warp_active ? w + (static_cast<int64_t>(warp_feature0) * p.k + kb) / W::kPerElem : w;
+  const uint8_t* scales_warp = group_scale_row<W>(p, rt.group, warp_feature0, kb);  // NVFP4: [16, k / 16] from kb
   const int valid_rows = min(16, p.n - warp_feature0);
   const int all_chunks = (k_len + kChunkK - 1) / kChunkK;
   static_assert(S::kStageChunks == kSliceChunks, "a stage is one slice");
@@ -341,7 +411,11 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
     char* stage = smem + (s % S::kDepth) * stage_bytes;
     const int k0 = s * S::kStageK;
     stage_x_slab<S, kVec>(x, x_offset, rows, k_end, kb + k0, stage);
-    if (warp_active) {
+    if (!warp_active) {
+    } else if constexpr (W::kGroupScaled) {
+      const bool whole = kVec && p.k % kSliceK == 0 && p.w_group_stride % kSliceK == 0;
+      StagedWeights<W>::load(stage + warp_weights, w_warp, scales_warp, valid_rows, whole, p.k, k0, k_len);
+    } else {
       StagedWeights<W>::template load<kVec>(stage + warp_weights, w_warp, valid_rows, w_lo, w_hi, w, p.k, k0, k_len);
     }
     cp_async_commit();
@@ -375,7 +449,7 @@ __global__ void __launch_bounds__(32 * S::kWarps) linear_stream_ring_kernel(cons
     for (int c = 0; c < S::kStageChunks; ++c) {
       if (s * S::kStageChunks + c >= chunks) break;
       uint4 lo, hi;
-      StagedWeights<W>::read(stage + warp_weights, c, &lo, &hi);
+      StagedWeights<W>::template read<kFault>(stage + warp_weights, c, &lo, &hi);
 #pragma unroll
       for (int nt = 0; nt < S::kNTiles; ++nt) {
         const int row = nt * 8 + g;
@@ -427,6 +501,14 @@ struct RingFor<Stream8, Fp8Weights> {
 template <>
 struct RingFor<Stream16, Fp8Weights> {
   using type = Ring16Fp8;
+};
+template <>
+struct RingFor<Stream8, Nvfp4Weights> {
+  using type = Ring8Nvfp4;
+};
+template <>
+struct RingFor<Stream16, Nvfp4Weights> {
+  using type = Ring16Nvfp4;
 };
 
 // Calls fn with the weight format (Bf16Weights{}, Fp8Weights{} or Nvfp4Weights{}) of p's BF16-shape weights.
@@ -529,9 +611,7 @@ const char* stream_refusal(const LinearParams& p) {
         return "the register-ring kernel runs 1 to 4 warps a block (0: by the GPU's size)";
       break;
     case LinearStreamKernel::kSharedRing:
-      if constexpr (W::kGroupScaled) {
-        return "NVFP4 weights run on the register-ring kernel only";
-      } else if constexpr (std::is_void_v<R>) {
+      if constexpr (std::is_void_v<R>) {
         return "the shared-memory ring kernel serves kStream8 and kStream16 only";
       } else {
         if (p.stream_warps != 0) return "the shared-memory ring kernel's warps per block are fixed by its shape";

@@ -38,6 +38,12 @@ __device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared_address(smem)), "l"(gmem)
                : "memory");
 }
+// 8 bytes (gmem 8-byte aligned), zero-filled when !valid as cp_async_16 (copies of fewer than 16 bytes go through L1).
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(smem)), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
 // 4 bytes (cp.async copies of fewer than 16 bytes go through L1).
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(smem)), "l"(gmem) : "memory");
@@ -86,8 +92,8 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
 }
 
 // d += a·b over one m16n8k32 step: E4M3 operands, four a register (a0..a3 the lane's part of the 16 x 32 A fragment,
-// b0, b1 of the 32 x 8 B fragment), F32 accumulators. No product kernel uses it yet (bench/linear/fp8_stream_arith
-// measures what it would take back from the FP8 products' widening).
+// b0, b1 of the 32 x 8 B fragment), F32 accumulators. No product kernel uses it yet
+// (bench/linear/quantized_stream_arith measures what it would take back from the FP8 products' widening).
 __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -120,6 +126,14 @@ __device__ __forceinline__ uint32_t load_streamed_4(const uint8_t* p) {
   uint32_t v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::128B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
+}
+
+// d = bytes of {b, a} (a bytes 0-3, b bytes 4-7) picked by the four low nibbles of `selector`: nibble i's low 3 bits
+// pick output byte i, and its bit 3 (sign mode) replicates the top bit of that byte instead.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
 }
 
 // ---- BF16. ----
