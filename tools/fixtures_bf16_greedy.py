@@ -36,6 +36,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fixtures_common import FP8_BLOCK, family_classes, load_dir_tensors, load_hf, log, np, save_st, torch  # noqa
 from fixtures_reference import CONDITIONING_LIMIT, conditioning, greedy, greedy_config  # noqa: E402
+from fixtures_variants import dequantize_nvfp4  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests/fixtures/models"
@@ -90,19 +91,23 @@ def stop_ids(folder):
 
 
 def load_reference_model(manifest, name):
-    """The float32 model a fixture's references were computed from: the checkpoint itself, or for the FP8 fixture its
-    dequantized weights (float(q) · the block's scale) under the source's config, as tools/fixtures_variants.py made
-    it."""
+    """The float32 model a fixture's references were computed from: the checkpoint itself, or for the FP8 and NVFP4
+    fixtures their dequantized weights (float(q) · the block's scale; fixtures_variants.dequantize_nvfp4) under the
+    source's config, as tools/fixtures_variants.py made them."""
     _, model_cls = family_classes(family_of(manifest, name))
     folder = FIXTURES / name
-    if name != "qwen3_next_fp8":
+    if name not in ("qwen3_next_fp8", "qwen3_next_nvfp4"):
         return load_hf(model_cls, str(folder))[0]
     stored, weights = load_dir_tensors(str(folder)), {}
     for key, value in stored.items():
-        if key.endswith(".weight_scale_inv"):
-            continue
-        scale = stored.get(key[: -len(".weight")] + ".weight_scale_inv")
-        if scale is not None:
+        if key.endswith((".weight_scale_inv", ".weight_scale", ".weight_scale_2", ".input_scale", ".k_scale",
+                         ".v_scale")):
+            continue  # scales: applied to their weights below (the KV-cache ones not at all)
+        module = key[: -len(".weight")]
+        scale = stored.get(module + ".weight_scale_inv")
+        if value.dtype == torch.uint8:
+            weights[key] = dequantize_nvfp4(value, stored[module + ".weight_scale"], stored[module + ".weight_scale_2"])
+        elif scale is not None:
             rows, cols = value.shape
             scale = scale.float().repeat_interleave(FP8_BLOCK, 0)[:rows].repeat_interleave(FP8_BLOCK, 1)[:, :cols]
             weights[key] = value.float() * scale

@@ -50,7 +50,7 @@ import fixtures_common as fc  # first: sets up torch
 from fixtures_common import F, L, N_HEADS, N_EXPERTS, Q5, Q5M, QN, family_classes, log, np, torch, transformers
 from fixtures_chat import CHAT_SPEC, make_chat_fixture
 from fixtures_reference import ConditioningError, compare, write_references
-from fixtures_variants import make_fp8, make_lowp, make_other_layout, make_sharded, make_wrapped
+from fixtures_variants import make_fp8, make_lowp, make_nvfp4, make_other_layout, make_sharded, make_wrapped
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -99,6 +99,7 @@ DERIVED = {
     "qwen3_next_bf16": ("qwen3_next_moe", make_lowp(torch.bfloat16, "bf16", NEXT_MOE_REF_SEED)),
     "qwen3_next_fp16": ("qwen3_next_moe", make_lowp(torch.float16, "fp16", NEXT_MOE_REF_SEED)),
     "qwen3_next_fp8": ("qwen3_next_moe", make_fp8(NEXT_MOE_REF_SEED)),
+    "qwen3_next_nvfp4": ("qwen3_next_moe", make_nvfp4(NEXT_MOE_REF_SEED)),
 }
 
 # the fixture with the tiny tokenizer and the real layout (tools/fixtures_chat.py); built after the others
