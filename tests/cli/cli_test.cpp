@@ -267,6 +267,13 @@ TEST_F(Cli, InspectSummarizes) {
   expect_clean_failure(run("inspect --model " + model_ + " --sequences 0"), "--sequences must be >= 1, got 0");
 }
 
+TEST_F(Cli, InspectSaysAnNvfp4FoldersKvCacheStaysBf16) {
+  const Outcome r = run("inspect --model " + test::source_dir() + "/tests/fixtures/models/qwen3_next_nvfp4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("quantization nvfp4 (ModelOpt), groups of 16"));
+  EXPECT_THAT(r.out, HasSubstr("kv cache     declared FP8: its k/v scales are checked and not applied"));
+}
+
 TEST_F(Cli, BadInputFailsWithOneLine) {
   expect_clean_failure(run("logits --model " + model_ + " --ids 5,50 --out " + dir_ + "/x.npy"),
                        "--ids: token id 50 is out of range for vocabulary size 50");
