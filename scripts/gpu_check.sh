@@ -6,8 +6,8 @@
 #   (no argument: all; ab only where a baseline is there)
 # linear    bench/linear: the BF16 projection kernel's speed per shape (and per K split and streaming kernel at
 #           T <= 16), its bit-identity across row counts and splits, and cuBLAS through torch on the same shapes
-#           (bench/linear/cublas.py); then the same for FP8 weights (linear_bench --weights fp8); the weight streams'
-#           ceilings (stream_ceiling) and what the FP8 and NVFP4 arithmetic costs a stream
+#           (bench/linear/cublas.py); then the same for FP8 and NVFP4 weights (linear_bench --weights fp8|nvfp4);
+#           the weight streams' ceilings (stream_ceiling) and what the FP8 and NVFP4 arithmetic costs a stream
 #           (quantized_stream_arith)
 # boundary  bench/step/phase_boundary.cu: what a dependency between two phases of a decode step costs as kernel
 #           launches replayed from a graph and as grid barriers in one persistent kernel (one-block phases and weight
@@ -99,8 +99,11 @@ if want linear; then
   echo "== linear"
   "$bin/linear_bench" "$out/linear_bench.json" 2>&1 | tee "$out/linear_bench.log"
   code=${PIPESTATUS[0]}
-  "$bin/linear_bench" --weights fp8 "$out/linear_bench_fp8.json" >"$out/linear_bench_fp8.log" 2>&1 || code=1
-  tail -n 1 "$out/linear_bench_fp8.log"
+  for weights in fp8 nvfp4; do
+    "$bin/linear_bench" --weights $weights "$out/linear_bench_$weights.json" >"$out/linear_bench_$weights.log" 2>&1 ||
+      code=1
+    tail -n 1 "$out/linear_bench_$weights.log"
+  done
   # cuBLAS through torch on the same shapes, in the same call, against the same copy bandwidth.
   python3 bench/linear/cublas.py "$out/linear_bench.json" "$out/linear_cublas.json" 2>&1 | tee "$out/linear_cublas.log"
   [ "${PIPESTATUS[0]}" = 0 ] || code=1

@@ -13,11 +13,14 @@
 //
 // --weights fp8: the same for F8_E4M3 weights (random finite codes, a random multiplier per feature and K-slice) at
 // the sizes the FP8 checkpoints quantize (no lm_head, no router); the floor counts their bytes, codes and multipliers.
+// --weights nvfp4: the same for NVFP4 weights (random E2M1 pairs, a random E4M3 scale per feature and 16 k, a random
+// multiplier per feature); the floor counts codes, group scales and multipliers, and the group scales rotate with the
+// codes.
 //
 // At T > 64 on a Hopper GPU both prefill kernel families run, production's first: the tiled mma.sync shape and the
 // warpgroup-MMA one (held to the same bits).
 //
-// Usage: linear_bench [--weights bf16|fp8] [out.json]
+// Usage: linear_bench [--weights bf16|fp8|nvfp4] [out.json]
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -89,6 +92,18 @@ __global__ void init_scales(float* s, int64_t count, uint32_t seed) {
     s[i] = __uint_as_float((hash(i, seed) & 0x7FFFFFu) | ((117u + hash(i, seed + 1) % 4u) << 23));
 }
 
+// Random finite positive E4M3 group scales in [2^-3, 2^1) (exponent fields 4..7, the NaN code not among them).
+__global__ void init_group_scales(uint8_t* s, int64_t count, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    s[i] = static_cast<uint8_t>((4u + hash(i, seed) % 4u) << 3 | (hash(i, seed + 1) & 7u));
+}
+
+// An E2M1 code's value (the low four bits: sign, two exponent bits, one mantissa bit).
+__device__ double e2m1_value(uint32_t code) {
+  const double magnitude[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  return (code & 8u ? -1.0 : 1.0) * magnitude[code & 7u];
+}
+
 // Row `row` of x := row 0 of `src` (both [*, k]).
 __global__ void copy_row(const float* src, float* x, int row, int k) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < k; i += gridDim.x * blockDim.x)
@@ -96,10 +111,11 @@ __global__ void copy_row(const float* src, float* x, int row, int k) {
 }
 
 // Reference for one product row: y[n] = sum_k bf16(x[k]) * w[n, k] in double (FP8: each code's value times its
-// feature's multiplier for the code's K-slice), and sum |..| for the tolerance. w: BF16 bits, or E4M3 codes with
-// scales [n, slices].
-__global__ void reference_row(const void* w, const float* scales, const float* x, int n, int k, double* y,
-                              double* magnitude) {
+// feature's multiplier for the code's K-slice; NVFP4: each E2M1 code's value times its group's E4M3 scale and its
+// feature's multiplier), and sum |..| for the tolerance. w: BF16 bits, E4M3 codes with scales [n, slices], or E2M1
+// pairs (low nibble first) with group scales [n, k / 16] and scales [n].
+__global__ void reference_row(const void* w, const float* scales, const uint8_t* group_scales, const float* x, int n,
+                              int k, double* y, double* magnitude) {
   const int f = blockIdx.x * blockDim.x + threadIdx.x;
   if (f >= n) return;
   const int slices = (k + plumb::cuda::kLinearSliceK - 1) / plumb::cuda::kLinearSliceK;
@@ -110,6 +126,11 @@ __global__ void reference_row(const void* w, const float* scales, const float* x
     double wf;
     if (scales == nullptr) {
       wf = __uint_as_float(uint32_t{static_cast<const uint16_t*>(w)[at]} << 16);
+    } else if (group_scales != nullptr) {
+      const uint32_t pair = static_cast<const uint8_t*>(w)[at / 2];
+      __nv_fp8_e4m3 group;
+      group.__x = group_scales[at / 16];
+      wf = e2m1_value(i % 2 ? pair >> 4 : pair) * double{static_cast<float>(group)} * scales[f];
     } else {
       __nv_fp8_e4m3 code;
       code.__x = static_cast<const uint8_t*>(w)[at];
@@ -179,19 +200,23 @@ int main(int argc, char** argv) {
   const char* json_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--weights" && i + 1 < argc &&
-        (std::string(argv[i + 1]) == "bf16" || std::string(argv[i + 1]) == "fp8")) {
-      w_type = std::string(argv[++i]) == "fp8" ? LinearWeights::kFp8 : LinearWeights::kBF16;
+    const std::string value = i + 1 < argc ? argv[i + 1] : "";
+    if (arg == "--weights" && (value == "bf16" || value == "fp8" || value == "nvfp4")) {
+      w_type = value == "fp8" ? LinearWeights::kFp8 : value == "nvfp4" ? LinearWeights::kNvfp4 : LinearWeights::kBF16;
+      ++i;
     } else if (arg.rfind("--", 0) != 0 && json_path == nullptr) {
       json_path = argv[i];
     } else {
-      std::fprintf(stderr, "linear_bench: unknown argument %s (usage: linear_bench [--weights bf16|fp8] [out.json])\n",
+      std::fprintf(stderr,
+                   "linear_bench: unknown argument %s (usage: linear_bench [--weights bf16|fp8|nvfp4] [out.json])\n",
                    argv[i]);
       return 1;
     }
   }
   const bool fp8 = w_type == LinearWeights::kFp8;
-  const size_t elem_bytes = fp8 ? 1 : 2;
+  const bool nvfp4 = w_type == LinearWeights::kNvfp4;
+  const bool quantized = fp8 || nvfp4;
+  const char* weights_name = fp8 ? "fp8" : nvfp4 ? "nvfp4" : "bf16";
   const plumb::cuda::DeviceLimits& device = plumb::cuda::device_limits();
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -211,32 +236,40 @@ int main(int argc, char** argv) {
   check(cudaMemset(arrivals, 0, sizeof(int32_t) << 20), "clear arrivals");
   check(cudaMalloc(&partials, sizeof(float) * partial_elems), "cudaMalloc partials");
   std::vector<Result> sweep;
-  std::printf("%s weights\n%8s %6s %6s %-9s %-19s %5s %10s %9s %7s %8s  %s\n", fp8 ? "FP8" : "BF16", "N", "K", "T",
-              "shape", "kernel", "split", "us", "GB/s", "%copy", "TFLOP/s", "bits vs T=1");
+  std::printf("%s weights\n%8s %6s %6s %-9s %-19s %5s %10s %9s %7s %8s  %s\n", weights_name, "N", "K", "T", "shape",
+              "kernel", "split", "us", "GB/s", "%copy", "TFLOP/s", "bits vs T=1");
 
   for (const auto& size : sizes) {
     const int n = size[0], k = size[1];
-    // FP8 checkpoints keep the lm_head and the routers in BF16.
-    if (fp8 && (n < 64 || n > 100000)) continue;
+    // FP8 and NVFP4 checkpoints keep the lm_head and the routers in BF16.
+    if (quantized && (n < 64 || n > 100000)) continue;
     const int slices = plumb::cuda::linear_slices(k);
-    const size_t code_bytes = elem_bytes * n * k;
-    const size_t w_bytes = code_bytes + (fp8 ? sizeof(float) * n * slices : 0);  // what a launch reads of weights
+    const size_t code_bytes = size_t{n} * k * (fp8 ? 2 : nvfp4 ? 1 : 4) / 2;
+    const size_t group_bytes = nvfp4 ? size_t{n} * k / 16 : 0;  // one E4M3 scale per feature and 16 k
+    const size_t scale_count = fp8 ? size_t{n} * slices : nvfp4 ? size_t{n} : 0;
+    const size_t w_bytes = code_bytes + group_bytes + sizeof(float) * scale_count;  // what a launch reads of weights
     const int copies =
         code_bytes < (size_t{200} << 20) ? std::max<int>(3, (kRotateBytes + code_bytes - 1) / code_bytes) : 1;
-    char* w = nullptr;        // [copies, n, k] BF16 or E4M3
-    float* scales = nullptr;  // [n, slices] F32, FP8 only
+    char* w = nullptr;           // [copies, n, k] BF16 or E4M3; NVFP4: [copies, n, k / 2] E2M1 pairs
+    uint8_t* gscales = nullptr;  // [copies, n, k / 16] E4M3, NVFP4 only
+    float* scales = nullptr;     // FP8: [n, slices] F32; NVFP4: [n] F32
     check(cudaMalloc(&w, code_bytes * copies), "cudaMalloc w");
+    if (nvfp4) check(cudaMalloc(&gscales, group_bytes * copies), "cudaMalloc group scales");
     // Every copy holds the same values, so each launch computes the same product.
     for (int c = 0; c < copies; ++c) {
       if (fp8) {
         init_fp8<<<1024, 256, 0, stream>>>(reinterpret_cast<uint8_t*>(w + c * code_bytes), int64_t{n} * k, 7);
+      } else if (nvfp4) {
+        // Any byte is two finite E2M1 codes.
+        init_fp8<<<1024, 256, 0, stream>>>(reinterpret_cast<uint8_t*>(w + c * code_bytes), int64_t{n} * k / 2, 7);
+        init_group_scales<<<1024, 256, 0, stream>>>(gscales + c * group_bytes, int64_t{n} * k / 16, 8);
       } else {
         init_bf16<<<1024, 256, 0, stream>>>(reinterpret_cast<uint16_t*>(w + c * code_bytes), int64_t{n} * k, 7);
       }
     }
-    if (fp8) {
-      check(cudaMalloc(&scales, sizeof(float) * n * slices), "cudaMalloc scales");
-      init_scales<<<64, 256, 0, stream>>>(scales, int64_t{n} * slices, 9);
+    if (quantized) {
+      check(cudaMalloc(&scales, sizeof(float) * scale_count), "cudaMalloc scales");
+      init_scales<<<64, 256, 0, stream>>>(scales, static_cast<int64_t>(scale_count), 9);
     }
     check(cudaGetLastError(), "init w");
 
@@ -249,7 +282,7 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&ref, sizeof(double) * n), "cudaMalloc ref");
     check(cudaMalloc(&mag, sizeof(double) * n), "cudaMalloc mag");
     init_f32<<<64, 256, 0, stream>>>(x1, k, 11);
-    reference_row<<<(n + 127) / 128, 128, 0, stream>>>(w, scales, x1, n, k, ref, mag);
+    reference_row<<<(n + 127) / 128, 128, 0, stream>>>(w, scales, gscales, x1, n, k, ref, mag);
     std::vector<float> row1(n);
     std::vector<double> ref_host(n), mag_host(n);
 
@@ -293,6 +326,7 @@ int main(int argc, char** argv) {
       stage_x();
       auto launch = [&](int i) {
         p.w = w + (i % copies) * code_bytes;
+        if (nvfp4) p.w_group_scales = gscales + (i % copies) * group_bytes;
         plumb::cuda::launch_linear(p, KernelFault::kNone, stream);
       };
 
@@ -345,7 +379,8 @@ int main(int argc, char** argv) {
         check(cudaStreamSynchronize(stream), "probe run");
         return std::memcmp(row.data(), row1.data(), sizeof(float) * n) == 0;
       };
-      if (t > 64 && plumb::cuda::linear_wgmma_runs()) {
+      // NVFP4 runs on the streaming shapes alone (linear.h).
+      if (t > 64 && plumb::cuda::linear_wgmma_runs() && !nvfp4) {
         // Beside it in the same call: the other prefill kernel family (tiled mma.sync or warpgroup MMA).
         p.shape = p.shape == LinearShape::kWgmma128 ? plumb::cuda::choose_linear_shape(w_type, t, t, n, false, device)
                                                     : LinearShape::kWgmma128;
@@ -382,6 +417,7 @@ int main(int argc, char** argv) {
     }
     cudaFree(w);
     cudaFree(scales);
+    cudaFree(gscales);
     cudaFree(x1);
     cudaFree(y1);
     cudaFree(ref);
@@ -398,7 +434,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::fprintf(out, "{\"benchmark\": \"linear\", \"weights\": \"%s\", \"all_pass\": %s, \"copy_gbps\": %.1f",
-                 fp8 ? "fp8" : "bf16", all_ok ? "true" : "false", copy);
+                 weights_name, all_ok ? "true" : "false", copy);
     for (const auto* table : {&results, &sweep}) {
       std::fprintf(out, ", \"%s\": [\n", table == &results ? "results" : "split_sweep");
       for (size_t i = 0; i < table->size(); ++i) {
