@@ -68,8 +68,10 @@ int32_t choose_linear_k_split(const LinearParams& p, const DeviceLimits& device)
                                 : fp8                             ? 2
                                                                   : 4) *
                                int64_t{p.n} * p.k * matrices / 2;
-  const int ratio = fp8 ? tuning.fp8_partials_per_weight_byte : tuning.bf16_partials_per_weight_byte;
-  if (ratio * partial_bytes > weight_bytes) return 1;
+  const double allowed = p.w_type == LinearWeights::kNvfp4 ? tuning.nvfp4_partial_bytes_per_weight_byte
+                         : fp8                             ? tuning.fp8_partial_bytes_per_weight_byte
+                                                           : tuning.bf16_partial_bytes_per_weight_byte;
+  if (static_cast<double>(partial_bytes) > allowed * static_cast<double>(weight_bytes)) return 1;
   return linear_k_split(p.k, split);
 }
 

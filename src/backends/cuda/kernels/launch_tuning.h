@@ -15,9 +15,10 @@ struct LaunchTuning {
   int grouped_stream_warps_per_sm;  // ... for a grouped one (MoE experts, a tile list) of BF16 weights
   int fp8_plain_8_row_factor;       // ... times this for a plain product of FP8 weights and up to 8 rows
   int fp8_factor;                   // ... times this for the other FP8 streaming products
-  // ... while the partial sums a split stores, times this, stay within the bytes of the weights they stand for.
-  int bf16_partials_per_weight_byte;
-  int fp8_partials_per_weight_byte;
+  // ... while the partial sums a split stores stay within this many bytes a byte of the weights they stand for.
+  double bf16_partial_bytes_per_weight_byte;
+  double fp8_partial_bytes_per_weight_byte;
+  double nvfp4_partial_bytes_per_weight_byte;
   // Prefill products: 128-feature tiles while they still give every multiprocessor this many blocks (else 64).
   int wide_tile_blocks_per_sm;
   // FP8 prefill products on warpgroup MMA where the device and the build have it (linear_wgmma_runs).

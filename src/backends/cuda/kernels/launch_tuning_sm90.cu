@@ -24,9 +24,14 @@ const LaunchTuning kSm90Tuning = {
     .fp8_factor = 2,
     // The partial sums travel through L2 and back: worth it only while small beside the weights they replace (BF16:
     // a quarter of their bytes). FP8's gain from more warps outweighs partial sums as large as its weights (the
-    // 16-row splits above).
-    .bf16_partials_per_weight_byte = 4,
-    .fp8_partials_per_weight_byte = 1,
+    // 16-row splits above). NVFP4's outweighs four times its weights' bytes, which 64 rows' partial sums come to
+    // (a split stores rows x 4 bytes a feature and 128 k, against 64 bytes of codes): linear_bench
+    // --weights nvfp4 on the H100 (2026-12-07), split against whole at 32 and 64 rows: 1024 x 2048 17.2 against
+    // 37.0 µs and 26.7 against 59.5; 2048 x 4096 26.6 against 67.1 and 44.7 against 111.2; 4096 x 2048 22.3 against
+    // 37.1 and 35.2 against 59.5 (at 2048 x 512 and 8192 x 2048 x 64 rows it loses 10-17 %; docs/performance.md).
+    .bf16_partial_bytes_per_weight_byte = 0.25,
+    .fp8_partial_bytes_per_weight_byte = 1.0,
+    .nvfp4_partial_bytes_per_weight_byte = 4.0,
     // Two blocks a multiprocessor keep one block's loads in flight while the other multiplies.
     .wide_tile_blocks_per_sm = 2,
     // linear_bench at 4096 rows on the H200 (2026-12-04): FP8 weights on warpgroup MMA 158-165 TFLOP/s against the
