@@ -2,7 +2,7 @@
 """A/B of two plumb binaries on one machine in one call: speed figures and greedy tokens.
 
   ab.py bench  --a OLD --b NEW [--rounds N] [--figure NAME=PATH:lower|higher] -- CMD ...
-  ab.py tokens --a OLD --b NEW --model DIR [--lengths 2048,8192] [--prompts 3] [--max-tokens 32]
+  ab.py tokens --a OLD --b NEW --model DIR [--model-b DIR] [--lengths 2048,8192] [--prompts 3] [--max-tokens 32]
 
 bench: CMD is a benchmark command line in which {plumb} stands for the binary and {json} for the JSON file the
 command writes (without {json}, the command prints its JSON on stdout). Each side runs once untimed (warm-up), then
@@ -18,6 +18,8 @@ rounds (the spread of one build against itself); the difference is B's median ag
 tokens: both binaries generate greedy continuations (`plumb generate --ignore-eos --print-ids --hash`) of the same
 prompts: --prompts rows of seeded random ids per length. Counts rows whose ids differ, the first differing position
 of each, and rows whose final state hashes differ (FNV-1a 64 of the ids and of every layer's state, as plumb prints).
+--model-b gives B a model folder of its own (the same vocabulary): one binary on a quantized checkpoint against the
+model it was made from, say, where the rows whose greedy ids differ are what the quantization changes.
 
 Both write --json FILE and --markdown FILE (a table ready for docs/performance.md). Python 3 standard library only.
 """
@@ -290,9 +292,13 @@ def cmd_bench(args):
 
 
 def vocab_size(model_dir):
-    with open(os.path.join(model_dir, "config.json")) as f:
-        config = json.load(f)
-    return int(config.get("text_config", config)["vocab_size"])
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+        return int(config.get("text_config", config)["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise HarnessError(f"{path}: no vocab_size to make prompts from ({type(e).__name__}: {e})")
 
 
 def prompt_ids(seed, length, index, vocab):
@@ -320,14 +326,14 @@ def first_difference(x, y):
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
-def generate(binary, args, ids, work, tag):
+def generate(binary, model, args, ids, work, tag):
     ids_arg = ",".join(map(str, ids))
     if len(ids_arg) > args.ids_file_above:
         path = os.path.join(work, tag + ".ids")
         with open(path, "w") as f:
             f.write(ids_arg + "\n")
         ids_arg = "@" + path
-    argv = [binary, "generate", "--model", args.model, "--ids", ids_arg, "--max-tokens", str(args.max_tokens)]
+    argv = [binary, "generate", "--model", model, "--ids", ids_arg, "--max-tokens", str(args.max_tokens)]
     argv += ["--ignore-eos", "--print-ids", "--hash", "--device", args.device]
     try:
         stdout = run(argv, os.path.join(work, tag + ".log"), stdout_to_log=False)
@@ -363,9 +369,12 @@ def token_tables(result):
         for r in result["rows"]
     )
     a, b = result["a"]["label"], result["b"]["label"]
+    models = f"`{os.path.basename(result['model'])}`"
+    if result["model_b"] != result["model"]:
+        models = f"{models} (A) and `{os.path.basename(result['model_b'])}` (B)"
     note = (
         f"Greedy, {result['max_tokens']} generated tokens a row (--ignore-eos), {result['prompts']} seeded random "
-        f"prompts a length, `{os.path.basename(result['model'])}` on {result['device']}; first differing position "
+        f"prompts a length, {models} on {result['device']}; first differing position "
         f"counts generated tokens from 0; state hashes: FNV-1a 64 of every layer's final state."
     )
     md = [f"Token A/B, A = {a}, B = {b}, {result['date']}, {result['host']}", ""]
@@ -379,7 +388,11 @@ def cmd_tokens(args):
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.prompts < 1 or args.max_tokens < 1 or min(lengths) < 1:
         raise HarnessError("--prompts, --max-tokens and every --lengths entry must be at least 1")
-    vocab = vocab_size(args.model)
+    models = {"a": args.model, "b": args.model_b or args.model}
+    vocab = vocab_size(models["a"])
+    if vocab_size(models["b"]) != vocab:
+        raise HarnessError(f"{models['a']} has a vocabulary of {vocab} ids and {models['b']} of "
+                           f"{vocab_size(models['b'])}: the same prompts cannot feed both")
     work = args.work or tempfile.mkdtemp(prefix="plumb-ab-tokens-")
     os.makedirs(work, exist_ok=True)
     rows = []
@@ -390,7 +403,7 @@ def cmd_tokens(args):
             for side in ("a", "b"):
                 tag = f"{side}_T{length}_p{index}"
                 print(f"ab: {tag}", file=sys.stderr, flush=True)
-                out[side] = generate(sides[side]["binary"], args, ids, work, tag)
+                out[side] = generate(sides[side]["binary"], models[side], args, ids, work, tag)
             (a_ids, a_hash), (b_ids, b_hash) = out["a"], out["b"]
             states = sorted(k for k in set(a_hash) | set(b_hash) if k != "tokens" and a_hash.get(k) != b_hash.get(k))
             rows.append(
@@ -408,7 +421,8 @@ def cmd_tokens(args):
                     "b_ids": b_ids,
                 }
             )
-    result = dict(meta(args, sides["a"], sides["b"]), model=os.path.abspath(args.model), device=args.device)
+    result = dict(meta(args, sides["a"], sides["b"]), model=os.path.abspath(models["a"]),
+                  model_b=os.path.abspath(models["b"]), device=args.device)
     result.update(lengths=lengths, prompts=args.prompts, max_tokens=args.max_tokens, seed=args.seed, work=work)
     result["rows"] = rows
     result["rows_differing"] = sum(not r["ids_equal"] for r in rows)
@@ -438,6 +452,7 @@ def main(argv=None):
     bench.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD with {plumb} and {json}")
     tokens = sub.add_parser("tokens", parents=[common], help="greedy ids of both binaries on the same prompts")
     tokens.add_argument("--model", required=True, help="model folder")
+    tokens.add_argument("--model-b", help="B's model folder, of the same vocabulary (default: --model)")
     tokens.add_argument("--lengths", default="16,64", help="prompt lengths in tokens, comma-separated")
     tokens.add_argument("--prompts", type=int, default=3, help="prompts per length")
     tokens.add_argument("--max-tokens", type=int, default=32, help="generated tokens per row")

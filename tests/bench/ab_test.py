@@ -7,6 +7,8 @@
            "gain" the other way round, also through --figure), changed ids counted row by row with their first
            differing position, a changed state hash counted with the ids equal
   file     prompts passed as --ids @FILE (what ab.py does above Linux's 128 KiB argument limit) give the same ids
+  models   --model-b: B on a model of its own (the NVFP4 fixture against the model it was made from: every row's
+           states differ, both models named), the same folder twice equal, another vocabulary or no config refused
 """
 import json
 import os
@@ -124,11 +126,34 @@ def case_file(work, plumb):
         check([x["a_ids"] for x in r["rows"]] == [x["a_ids"] for x in inline["rows"]], "@FILE gives the inline ids")
 
 
+def case_models(work, plumb):
+    fixtures = os.path.dirname(MODEL)
+    code, r = tokens(work, "model_b_same", plumb, plumb, "--model-b", MODEL, "--require-equal")
+    if r:
+        check(code == 0 and r["rows_differing"] == 0 and r["rows_state_differing"] == 0,
+              f"--model-b naming --model's folder: 0 of 4 rows differ (exit {code})")
+    nvfp4 = os.path.join(fixtures, "qwen3_next_nvfp4")
+    code, r = tokens(work, "model_b_nvfp4", plumb, plumb, "--model-b", nvfp4)
+    if r:
+        check(code == 0 and len(r["rows"]) == 4 and r["rows_state_differing"] == 4,
+              f"the NVFP4 fixture against its source: 4 rows, every row's states differ (exit {code})")
+        check(r["model"] == MODEL and r["model_b"] == nvfp4, f"both models in the JSON: {r['model']}, {r['model_b']}")
+        with open(os.path.join(work, "model_b_nvfp4.md")) as f:
+            check("`qwen3_next_moe` (A) and `qwen3_next_nvfp4` (B)" in f.read(), "the table names both models")
+    for name, other, needle in (("vocab", os.path.join(fixtures, "qwen3_next_chat"), "vocabulary of 200 ids"),
+                                ("missing", os.path.join(work, "no_model"), "no_model/config.json")):
+        proc = subprocess.run([sys.executable, AB, "tokens", "--a", plumb, "--b", plumb, "--model", MODEL,
+                               "--model-b", other, "--work", os.path.join(work, name)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(proc.returncode == 2 and needle in proc.stdout and "Traceback" not in proc.stdout,
+              f"--model-b {name} refused in one line naming it (exit {proc.returncode}): {proc.stdout.strip()[-160:]}")
+
+
 def main():
     case, plumb = sys.argv[1], os.path.abspath(sys.argv[2])
     work = tempfile.mkdtemp(prefix="plumb-ab-test-")
     try:
-        {"same": case_same, "planted": case_planted, "file": case_file}[case](work, plumb)
+        {"same": case_same, "planted": case_planted, "file": case_file, "models": case_models}[case](work, plumb)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"ab_test {case}: {len(failures)} failed" + "".join("\n  " + f for f in failures))
