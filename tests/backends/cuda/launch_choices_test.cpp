@@ -39,14 +39,16 @@ TEST(LaunchChoices, DecodeSplitsAreTheMeasuredFastest) {
   // FP8 at 16 rows: about 8.
   EXPECT_EQ(split(LinearWeights::kFp8, 16, 8192, 2048), 2);
   EXPECT_EQ(split(LinearWeights::kFp8, 16, 2048, 4096), 8);
-  // NVFP4 as FP8 at one row; at 32 and 64 rows too, where FP8's rule on partial sums would keep it whole
-  // (linear_bench --weights nvfp4: twice as fast split).
+  // NVFP4 as FP8 at one row; both split at 32 and 64 rows too, where keeping the partial sums within the weights'
+  // bytes kept them whole (linear_bench: about twice as fast split).
   EXPECT_EQ(split(LinearWeights::kNvfp4, 1, 12288, 2048), 2);
   EXPECT_EQ(split(LinearWeights::kNvfp4, 1, 2048, 4096), 16);
   EXPECT_EQ(split(LinearWeights::kNvfp4, 32, 4096, 2048), 4);
   EXPECT_EQ(split(LinearWeights::kNvfp4, 64, 2048, 4096), 8);
   EXPECT_EQ(split(LinearWeights::kNvfp4, 64, 1024, 2048), 16);
-  EXPECT_EQ(split(LinearWeights::kFp8, 64, 2048, 4096), 1);
+  EXPECT_EQ(split(LinearWeights::kFp8, 64, 2048, 4096), 8);
+  EXPECT_EQ(split(LinearWeights::kFp8, 64, 1024, 2048), 16);
+  EXPECT_EQ(split(LinearWeights::kFp8, 64, 12288, 2048), 1);
   // Prefill shapes never split.
   EXPECT_EQ(split(LinearWeights::kBF16, 4096, 2048, 4096), 1);
 }

@@ -23,14 +23,15 @@ const LaunchTuning kSm90Tuning = {
     .fp8_plain_8_row_factor = 4,
     .fp8_factor = 2,
     // The partial sums travel through L2 and back: worth it only while small beside the weights they replace (BF16:
-    // a quarter of their bytes). FP8's gain from more warps outweighs partial sums as large as its weights (the
-    // 16-row splits above). NVFP4's outweighs four times its weights' bytes, which 64 rows' partial sums come to
-    // (a split stores rows x 4 bytes a feature and 128 k, against 64 bytes of codes): linear_bench
-    // --weights nvfp4 on the H100 (2026-12-07), split against whole at 32 and 64 rows: 1024 x 2048 17.2 against
-    // 37.0 µs and 26.7 against 59.5; 2048 x 4096 26.6 against 67.1 and 44.7 against 111.2; 4096 x 2048 22.3 against
-    // 37.1 and 35.2 against 59.5 (at 2048 x 512 and 8192 x 2048 x 64 rows it loses 10-17 %; docs/performance.md).
+    // a quarter of their bytes). FP8's and NVFP4's gain from more warps outweighs partial sums of twice and four times
+    // their weights' bytes, which 64 rows' come to (a split stores rows x 4 bytes a feature and 128 k, against 128
+    // bytes of E4M3 codes or 64 of E2M1): linear_bench on the H100 (2026-12-07), split against whole at 64 rows,
+    // FP8: 1024 x 2048 27.0 against 54.7 µs, 2048 x 4096 44.8 against 101.9, 4096 x 2048 35.5 against 55.5; NVFP4:
+    // 26.7 against 59.5, 44.7 against 111.2, 35.2 against 59.5, and at 32 rows 17.2 against 37.0, 26.6 against 67.1,
+    // 22.3 against 37.1. The splits this gives lose at 8192 x 2048 (split 2: FP8 25 %, NVFP4 14 %) and 2048 x 512
+    // (split 4: 27 % and 17 %) at 64 rows (docs/performance.md).
     .bf16_partial_bytes_per_weight_byte = 0.25,
-    .fp8_partial_bytes_per_weight_byte = 1.0,
+    .fp8_partial_bytes_per_weight_byte = 2.0,
     .nvfp4_partial_bytes_per_weight_byte = 4.0,
     // Two blocks a multiprocessor keep one block's loads in flight while the other multiplies.
     .wide_tile_blocks_per_sm = 2,
