@@ -23,7 +23,8 @@
 // NVFP4 weights (packed E2M1 pairs, an E4M3 scale per feature and 16 k, and one multiplier per feature, core/tensor.h)
 // run the same arithmetic on e2m1 · e4m3, each exactly a BF16 number (at most 6 significant bits, exponents 2^-10 to
 // 2^12), made in registers as the codes are loaded; every slice's partial sum takes the feature's multiplier, the same
-// for all its slices, as FP8's take theirs. They run on the streaming shapes' register ring only (any row count).
+// for all its slices, as FP8's take theirs. They run on the streaming shapes alone (any row count): the register ring,
+// and up to 16 rows the shared-memory ring.
 #pragma once
 
 #include <cuda_runtime_api.h>
