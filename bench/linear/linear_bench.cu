@@ -35,6 +35,7 @@
 
 #include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/kernels/linear.h"
+#include "production_params.h"
 
 namespace {
 
@@ -298,19 +299,8 @@ int main(int argc, char** argv) {
       init_f32<<<1024, 256, 0, stream>>>(x, int64_t{t} * k, 100 + t);
       copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
 
-      LinearParams p;
-      p.shape = plumb::cuda::choose_linear_shape(w_type, t, t, n, plumb::cuda::linear_wgmma_runs(), device);
-      p.w_type = w_type;
-      p.w_scales = scales;
-      p.y = y;
-      p.rows = t;
-      p.n = n;
-      p.k = k;
+      LinearParams p = plumb::bench::production_linear_params(w_type, t, n, k, scales, y, partials, arrivals, device);
       p.x = x;
-      p.max_tiles = (t + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
-      p.k_split = plumb::cuda::choose_linear_k_split(p, device);
-      p.partials = partials;
-      p.arrivals = arrivals;
       if (static_cast<size_t>(plumb::cuda::linear_partials_count(p)) > partial_elems) p.k_split = 1;
       // Activations as p.shape reads them (k is a multiple of 32 here: slot order keeps rows k long).
       auto stage_x = [&] {

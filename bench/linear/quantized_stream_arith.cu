@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/kernels/linear.h"
 #include "backends/cuda/kernels/linear_common.cuh"
+#include "production_params.h"
 #include "weight_stream.cuh"
 
 namespace {
@@ -231,19 +231,10 @@ int main(int argc, char** argv) {
         Result best{n, k, tiles, arith, "", 1e30};
         if (arith == kProduct) {
           const int rows = tiles == 1 ? 1 : 16;
-          plumb::cuda::LinearParams p;
-          p.w_type = nvfp4 ? plumb::cuda::LinearWeights::kNvfp4 : plumb::cuda::LinearWeights::kFp8;
-          p.shape = plumb::cuda::choose_linear_shape(p.w_type, rows, rows, n, plumb::cuda::linear_wgmma_runs(), device);
-          p.w_scales = scales;
+          plumb::cuda::LinearParams p = plumb::bench::production_linear_params(
+              nvfp4 ? plumb::cuda::LinearWeights::kNvfp4 : plumb::cuda::LinearWeights::kFp8, rows, n, k, scales, y,
+              partials, arrivals, device);
           p.x = x_rows;
-          p.y = y;
-          p.rows = rows;
-          p.n = n;
-          p.k = k;
-          p.max_tiles = (rows + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
-          p.k_split = plumb::cuda::choose_linear_k_split(p, device);
-          p.partials = partials;
-          p.arrivals = arrivals;
           if (plumb::cuda::linear_partials_count(p) > int64_t{16} * kMaxN * (kMaxK / 128) ||
               plumb::cuda::linear_arrival_count(p) > (int64_t{1} << 20)) {
             std::fprintf(stderr, "quantized_stream_arith: the split buffers are too small for %d x %d\n", n, k);
