@@ -355,10 +355,9 @@ describe("plumb serve --api-key --max-batch 1 --max-queue 1", { timeout: 120_000
     await runningIterator.next();
     // The role chunk comes as soon as a request is queued, before the engine admits it: wait until the first request
     // runs, or the second could find it still waiting and be refused instead of queued.
-    await until("the first request to hold the only slot", async () => {
-      const text = await (await fetch(server.url + "/metrics")).text();
-      return /^plumb_queue_depth 0$/m.test(text) && /^plumb_running_batch_size 1$/m.test(text);
-    });
+    await until("the first request to hold the only slot", async () =>
+      (await metric(server.url, "plumb_running_batch_size")) === 1 &&
+      (await metric(server.url, "plumb_queue_depth")) === 0);
     const waitingPromise = client.chat.completions.create(long, { signal: controllers[1].signal });
     await until("the second request to queue", async () => {
       const r = await fetch(server.url + "/metrics");
