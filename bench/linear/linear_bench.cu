@@ -374,7 +374,6 @@ int main(int argc, char** argv) {
         // Beside it in the same call: the other prefill kernel family (tiled mma.sync or warpgroup MMA).
         p.shape = p.shape == LinearShape::kWgmma128 ? plumb::cuda::choose_linear_shape(w_type, t, t, n, false, device)
                                                     : LinearShape::kWgmma128;
-        p.max_tiles = (t + plumb::cuda::linear_tile_rows(p.shape) - 1) / plumb::cuda::linear_tile_rows(p.shape);
         stage_x();
         const bool same = probe_matches();
         all_ok = all_ok && same;

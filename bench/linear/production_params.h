@@ -10,9 +10,9 @@
 
 namespace plumb::bench {
 
-// A plain product of `rows` rows of `w_type` weights, n × k, into y [rows, n]: production's shape, row tiles and K
-// split, with the split's buffers. The caller sets the weights (w, w_group_scales) and the activations (x, staged as
-// the shape reads them).
+// A plain product of `rows` rows of `w_type` weights, n × k, into y [rows, n]: production's shape and K split, with
+// the split's buffers (launch_linear tiles a plain product's rows itself). The caller sets the weights (w,
+// w_group_scales) and the activations (x, staged as the shape reads them).
 inline cuda::LinearParams production_linear_params(cuda::LinearWeights w_type, int rows, int n, int k,
                                                    const float* w_scales, float* y, float* partials, int32_t* arrivals,
                                                    const cuda::DeviceLimits& device) {
@@ -24,7 +24,6 @@ inline cuda::LinearParams production_linear_params(cuda::LinearWeights w_type, i
   p.rows = rows;
   p.n = n;
   p.k = k;
-  p.max_tiles = (rows + cuda::linear_tile_rows(p.shape) - 1) / cuda::linear_tile_rows(p.shape);
   p.k_split = cuda::choose_linear_k_split(p, device);
   p.partials = partials;
   p.arrivals = arrivals;
