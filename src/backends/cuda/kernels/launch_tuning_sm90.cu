@@ -36,9 +36,9 @@ const LaunchTuning kSm90Tuning = {
     // Two blocks a multiprocessor keep one block's loads in flight while the other multiplies.
     .wide_tile_blocks_per_sm = 2,
     // linear_bench at 4096 rows on the H200 (2026-12-04): FP8 weights on warpgroup MMA 158-165 TFLOP/s against the
-    // tiled kernel's 108-114 (which spills with FP8's widening). BF16 stays on the tiled kernel, 170-179 TFLOP/s
-    // against wgmma128's 158-165 in the same call.
+    // tiled kernel's 108-114 (which spills with FP8's widening), before the warp-specialized kernel.
     .fp8_prefill_on_wgmma = true,
+    .bf16_prefill_on_wgmma = true,
     // The 1 KiB the runtime reserves a block on sm_90 and the ring kernel's 128-256 bytes of static shared memory
     // (resource_usage.txt), rounded up.
     .ring_block_extra_smem = 2048,

@@ -168,7 +168,7 @@ template <class S, class W>
 constexpr int kWeightUnits = S::kStageK* static_cast<int>(sizeof(typename W::Elem)) / 16;
 
 // Stages k [k0, k0 + kStageK) of a tiled block's S::kFeatures weight rows (the first `features` valid, zero past
-// them and past k) into `stage`, rows of kWeightUnits swizzled by tile_offset. Every thread of the block takes a share.
+// them and past k) into `stage`, rows of kWeightUnits swizzled by tile_offset. Threads 0 .. S::kThreads - 1 share it.
 template <class S, class W, bool kVec>
 __device__ __forceinline__ void stage_weight_rows(const typename W::Elem* w, int features, int k, int k0, char* stage) {
   using WElem = typename W::Elem;
@@ -222,22 +222,27 @@ using Stream16 = StreamShape<2, 12, float>;
 using Stream32 = StreamShape<4, 8, uint16_t>;
 using Stream64 = StreamShape<8, 8, uint16_t, 2>;
 
-// The warpgroup-MMA shape (prefill on Hopper; linear_wgmma.cu): two warpgroups, each 64 features by the block's 128
-// product rows, in stages of 64 k, four of them in the ring. Weights are staged row-major as the tiled shapes do and
-// reach the tensor cores from registers (the lanes' mma_chunk fragments); activations, BF16 in slot order
-// (linear.h), are staged in wgmma's no-swizzle K-major layout, the 8 k of unit u of row r at byte 16 (kRows u + r),
-// and read from shared memory by the MMA itself.
+// The warpgroup-MMA shape (prefill on Hopper; linear_wgmma.cu): a block of three warpgroups, warp-specialized. The
+// first stages (Wgmma128Staging): it copies stages of 64 k into a ring of six and says when each has landed; the
+// other two multiply, each 64 features by the block's 128 product rows, and say when they are done with a stage.
+// Weights are staged row-major as the tiled shapes do and reach the tensor cores from registers (the lanes'
+// mma_chunk fragments); activations, BF16 in slot order (linear.h), are staged in wgmma's no-swizzle K-major layout,
+// the 8 k of unit u of row r at byte 16 (kRows u + r), and read from shared memory by the MMA itself. After the
+// stages, two barriers a stage: landed (the staging warpgroup's 128 threads arrive) and freed (the 8 multiplying
+// warps).
 struct Wgmma128Shape {
-  static constexpr int kThreads = 256, kFeatures = 128, kRows = 128, kStageK = 64, kStages = 4, kMinBlocks = 1;
+  static constexpr int kThreads = 384, kFeatures = 128, kRows = 128, kStageK = 64, kStages = 6, kMinBlocks = 1;
   using XElem = uint16_t;
   static constexpr int kUnitsW = kStageK * 2 / 16;
   static constexpr int kUnitsX = kStageK * 2 / 16;
   static constexpr int kBytesW = kFeatures * kUnitsW * 16;
   static constexpr int kStageBytes = kBytesW + kRows * kUnitsX * 16;
-  // The running sums live in shared memory, a thread's kFeatures · kRows / kThreads of them at stride kThreads, so
-  // that the registers hold the slice's accumulators and the MMAs can run while the copies go out.
-  static constexpr int kSumBytes = kFeatures * kRows * 4;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kSumBytes;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes;
+};
+// The staging warpgroup of Wgmma128Shape, as stage_weight_rows takes a shape: its threads share a stage's copies.
+struct Wgmma128Staging {
+  static constexpr int kThreads = 128, kFeatures = Wgmma128Shape::kFeatures, kStageK = Wgmma128Shape::kStageK;
 };
 // Launches the warpgroup-MMA shape; vec: 16-byte weight loads (see launch_bf16_aligned).
 void launch_linear_wgmma(const LinearParams& p, bool vec, KernelFault fault, cudaStream_t stream);

@@ -13,15 +13,19 @@
 // (linear.h, launch_linear_to_bf16_slots) puts step s's k in the units wgmma reads for it, in the slots the weights'
 // registers give the same k.
 //
-// A block: two warpgroups of four warps; warpgroup v multiplies features [64 v, 64 v + 64) of the block's 128 by its
-// 128 product rows, warp w of it the 16 features 16 w .. 16 w + 15 (the m16 fragment of mma.sync; the accumulator of
-// m64n128 is, per warp, sixteen m16n8 tiles in mma.sync's layout, so the stores are the tiled kernels'). Stages of
-// 64 k (two chunks, four steps) are loaded by every thread with cp.async, four deep; a stage's MMAs run while the
-// copies of a later stage go out. The running sums live in shared memory (Wgmma128Shape): in registers beside the
-// slice's accumulators they left ptxas too few to keep the MMAs in flight across the copies.
+// A block (Wgmma128Shape) is warp-specialized, as Hopper's GEMMs are: warpgroup 0 only stages, warpgroups 1 and 2
+// only multiply, so the copies, the MMAs and the slices' ends overlap without any thread doing two of them in turn.
+// Warpgroup 1 + v multiplies features [64 v, 64 v + 64) of the block's 128 by its 128 product rows, its warp w the
+// 16 features 16 w .. 16 w + 15 (the m16 fragment of mma.sync; the accumulator of m64n128 is, per warp, sixteen
+// m16n8 tiles in mma.sync's layout, so the stores are the tiled kernels'). The staging warpgroup copies stages of
+// 64 k (two chunks, four steps) with cp.async into a ring of six, keeping three stages of its copies in flight: once
+// a stage's copies have landed it fences them for the async proxy and arrives at the stage's `landed` barrier. A
+// multiplying warpgroup waits there, loads its weight fragments, issues the MMAs of a whole slice (two stages), waits
+// for them once, arrives at the stages' `freed` barriers (which the staging warpgroup waits on before copying into
+// the buffers again) and adds the slice, scaled, into running sums in registers, while the other warpgroup's MMAs
+// keep the tensor cores busy. The staging warpgroup gives up registers (setmaxnreg) so the multiplying ones hold the
+// slice's accumulators, its fragments and the running sums without spilling.
 //
-// Speed (linear_bench, H200, T = 4096): 158-165 TFLOP/s with BF16 or FP8 weights; the tiled kernel runs BF16 at
-// 170-179 and FP8 at 108-114, so this kernel is production for FP8 and a variant for BF16 (docs/performance.md).
 #include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/linear_common.cuh"
 
@@ -88,128 +92,159 @@ __device__ __forceinline__ void wait_for_steps() {
 }
 
 // Stages k [k0, k0 + kStageK) of the block's weights (as the tiled kernels) and of its product rows' slot-ordered
-// activations (rows of x_k, x_offset[r] < 0 for padding, zero-filled).
+// activations (rows of x_k, x_offset[r] < 0 for padding, zero-filled), by the staging warpgroup's threads.
 template <class W, bool kVec>
 __device__ __forceinline__ void load_stage(const typename W::Elem* w, int features, const uint16_t* x,
                                            const int64_t* x_offset, int k, int x_k, int k0, char* stage) {
-  stage_weight_rows<S, W, kVec>(w, features, k, k0, stage);
+  using T = Wgmma128Staging;
+  stage_weight_rows<T, W, kVec>(w, features, k, k0, stage);
   char* stage_x = stage + S::kBytesW;
   // Lane pairs take the two units of a 32-byte sector; a warp writes two runs of 16 rows, each conflict-free.
+  static_assert(S::kRows * S::kUnitsX % T::kThreads == 0 && T::kThreads % 64 == 0, "even staging loops");
 #pragma unroll
-  for (int j = 0; j < S::kRows * S::kUnitsX / S::kThreads; ++j) {
-    const int r = static_cast<int>(threadIdx.x) / 2 % S::kRows;
-    const int u = 2 * (j * S::kThreads / (2 * S::kRows) + static_cast<int>(threadIdx.x) / (2 * S::kRows)) +
-                  static_cast<int>(threadIdx.x) % 2;
+  for (int j = 0; j < S::kRows * S::kUnitsX / T::kThreads; ++j) {
+    const int i = j * T::kThreads + static_cast<int>(threadIdx.x);
+    const int r = i / 2 % S::kRows, u = 2 * (i / (2 * S::kRows)) + i % 2;
     const int kk = k0 + 8 * u;
     const bool valid = x_offset[r] >= 0 && kk < x_k;
     cp_async_16(stage_x + 16 * (u * S::kRows + r), valid ? x + x_offset[r] + kk : x, valid);
   }
 }
 
+// The stages in flight of the staging warpgroup's copies: it says stage s has landed once it has issued s + kLag.
+// At most kStages - 2, or the multiplying warpgroups, which wait for both stages of a slice before freeing either,
+// would wait on a stage the staging warpgroup cannot copy until they free one.
+constexpr int kLag = 3;
+static_assert(kLag <= S::kStages - 2, "the ring holds a slice beyond the copies in flight");
+// The register budgets (setmaxnreg) of the staging and the multiplying warpgroups: within the block's 168 a thread
+// (65536 / 384, rounded down to a multiple of 8) on average, 88 for the copies' addresses and 208 for the
+// multiplying threads' 64 accumulators, 64 running sums and 32 fragment registers.
+constexpr int kStagingRegisters = 88, kMultiplyingRegisters = 208;
+static_assert(kStagingRegisters * 128 + kMultiplyingRegisters * 256 <= 65536, "the budgets fit the register file");
+
 template <class W, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kernel(const LinearParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   wait_for_prior_grid();
-  extern __shared__ __align__(128) char smem[];  // kStages x [weights | rows, slot order], then the running sums
+  extern __shared__ __align__(128) char smem[];  // kStages x [weights | rows, slot order], then the barriers
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
+  uint64_t* landed = reinterpret_cast<uint64_t*>(smem + S::kStages * S::kStageBytes);  // [kStages]
+  uint64_t* freed = landed + S::kStages;                                               // [kStages]
+  constexpr int kMultiplyingWarps = 8;
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < S::kStages; ++b) {
+      mbarrier_init(landed + b, Wgmma128Staging::kThreads);
+      mbarrier_init(freed + b, kMultiplyingWarps);
+    }
+  }
 
   const int x_k = static_cast<int>((p.k + kChunkK - 1) / kChunkK * kChunkK);  // linear_slot_order_k
   TiledBlock<W> tb;
+  // Its barrier also makes the initialized barriers everyone's.
   if (!tiled_block<S, W, kFault>(p, x_k, x_offset, &tb)) return;
   const auto [rt, feature0, features, stages, chunks, w] = tb;
   const auto* x = static_cast<const uint16_t*>(p.x);  // [x_rows, x_k]
+  const auto buffer = [&](int s) { return smem + (s % S::kStages) * S::kStageBytes; };
+  const auto round_parity = [](int s) { return static_cast<uint32_t>(s / S::kStages) & 1; };
 
-  static_assert(kSliceK % S::kStageK == 0, "a slice is whole stages");
-  constexpr int kStagesPerSlice = kSliceK / S::kStageK;
+  if (threadIdx.x < Wgmma128Staging::kThreads) {
+    lower_register_budget<kStagingRegisters>();
+    // The thread's copies of stage s have landed: handed to the async proxy, and counted in at the stage's barrier.
+    const auto say_landed = [&](int s) {
+      fence_proxy_async_shared();
+      mbarrier_arrive(landed + s % S::kStages);
+    };
+    for (int s = 0; s < stages; ++s) {
+      // The buffer's previous stage, s - kStages, must be freed: its parity is its round's.
+      if (s >= S::kStages) mbarrier_wait(freed + s % S::kStages, round_parity(s - S::kStages));
+      load_stage<W, kVec>(w, features, x, x_offset, p.k, x_k, s * S::kStageK, buffer(s));
+      cp_async_commit();
+      if (s >= kLag) {
+        cp_async_wait<kLag>();
+        say_landed(s - kLag);
+      }
+    }
+    cp_async_wait_all();
+    for (int s = max(0, stages - kLag); s < stages; ++s) say_landed(s);
+    return;
+  }
+
+  raise_register_budget<kMultiplyingRegisters>();
+  static_assert(kSliceK == 2 * S::kStageK, "a slice is two stages");
   constexpr int kStageChunks = S::kStageK / kChunkK;
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int g = lane / 4, q = lane % 4;
-  const int row_in_block = 16 * warp + g;  // the lane's feature (and + 8) within the block: warpgroup v, warp w % 4
+  const int thread = static_cast<int>(threadIdx.x) - Wgmma128Staging::kThreads;  // of the multiplying 256
+  const int lane = thread % 32, warp = thread / 32;
+  const int q = lane % 4;
+  const int row_in_block = 16 * warp + lane / 4;  // the lane's feature (and + 8) within the block
   const int feature = feature0 + row_in_block;
   const SliceScales scales = slice_scales<W>(p, rt.group, feature);
   float acc[kTiles][4] = {};
-  // The running sums, -0 to start (the identity of F32 addition): value 4 i + j of the thread's tile i at
-  // sums[(4 i + j) · kThreads + thread].
-  float* sums = reinterpret_cast<float*>(smem + S::kStages * S::kStageBytes);
-#pragma unroll
-  for (int v = 0; v < 4 * kTiles; ++v) sums[v * S::kThreads + static_cast<int>(threadIdx.x)] = -0.0f;
-#pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < stages) load_stage<W, kVec>(w, features, x, x_offset, p.k, x_k, s * S::kStageK, smem + s * S::kStageBytes);
-    cp_async_commit();
-  }
-  // Stage s has landed for this thread; the proxy fence hands its copies to the tensor cores' reads, and the barrier
-  // makes the stage everyone's and frees the buffer read last round (its MMAs were waited for).
-  const auto stage_landed = [&](int s) {
-    cp_async_wait<S::kStages - 2>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    return smem + (s % S::kStages) * S::kStageBytes;
+  float sums[kTiles][4];
+  start_running_sums(sums);
+
+  const auto wait_landed = [&](int s) {
+    mbarrier_wait(landed + s % S::kStages, round_parity(s));
+    return buffer(s);
   };
-  const auto load_fragments = [&](const char* stage, uint4(&lo)[kStageChunks], uint4(&hi)[kStageChunks]) {
+  const auto say_freed = [&](int s) {
+    if (lane == 0) mbarrier_arrive(freed + s % S::kStages);
+  };
+  const auto load_fragments = [&](const char* stage, uint4* lo, uint4* hi) {
 #pragma unroll
     for (int c = 0; c < kStageChunks; ++c) {
       lo[c] = weight_fragment<S, W>(stage, row_in_block, c, q);
       hi[c] = weight_fragment<S, W>(stage, row_in_block + 8, c, q);
     }
   };
-  // The end of a slice (the last may be short): its partial sums join the running sums, in slice order.
-  const auto end_stage = [&](int s) {
-    if (s % kStagesPerSlice == kStagesPerSlice - 1 || s == stages - 1) {
-      const int slice = s / kStagesPerSlice;
-      const SliceMultipliers m = slice_multipliers<W, kFault>(p, scales, slice);
+  // The end of slice `slice`: its partial sums, scaled, join the running sums, in slice order.
+  const auto end_slice = [&](int slice) {
+    const SliceMultipliers m = slice_multipliers<W, kFault>(p, scales, slice);
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        scale_slice<W>(m, acc[i]);
+    for (int i = 0; i < kTiles; ++i) {
+      scale_slice<W>(m, acc[i]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float& total = sums[(4 * i + j) * S::kThreads + static_cast<int>(threadIdx.x)];
-          total = __fadd_rn(total, acc[i][j]);
-          acc[i][j] = 0.0f;
-        }
+      for (int j = 0; j < 4; ++j) {
+        sums[i][j] = __fadd_rn(sums[i][j], acc[i][j]);
+        acc[i][j] = 0.0f;
       }
     }
   };
-  // Whole stages: between a stage's MMAs and the wait for them nothing but copies (no branch around the MMAs, so that
-  // ptxas keeps them running across the copies instead of waiting at once).
-  const int whole_stages = chunks / kStageChunks;
-  int s = 0;
-  for (; s < whole_stages; ++s) {
-    const char* stage = stage_landed(s);
-    uint4 lo[kStageChunks], hi[kStageChunks];
-    load_fragments(stage, lo, hi);
-    issue_steps<kStageChunks>(acc, lo, hi, stage + S::kBytesW);
-    // While the tensor cores run stage s, the copies of stage s + kStages - 1 go out (into the buffer of stage s - 1,
-    // whose MMAs were waited for and whose reads every thread finished before the barrier).
-    const int next = s + S::kStages - 1;
-    if (next < stages) {
-      load_stage<W, kVec>(w, features, x, x_offset, p.k, x_k, next * S::kStageK,
-                          smem + (next % S::kStages) * S::kStageBytes);
+
+  // Whole slices: the MMAs of both stages in flight together, and one wait (no branch around the MMAs, so that ptxas
+  // keeps them running instead of waiting after each).
+  const int whole_slices = chunks / kSliceChunks;
+  for (int slice = 0; slice < whole_slices; ++slice) {
+    uint4 lo[2][kStageChunks], hi[2][kStageChunks];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const char* stage = wait_landed(2 * slice + h);
+      load_fragments(stage, lo[h], hi[h]);
+      issue_steps<kStageChunks>(acc, lo[h], hi[h], stage + S::kBytesW);
     }
-    cp_async_commit();
     wait_for_steps();
-    end_stage(s);
+    say_freed(2 * slice);
+    say_freed(2 * slice + 1);
+    end_slice(slice);
   }
-  // The rest, at most one stage: its one chunk, or none (the planted control's last chunk left out). Every copy is
-  // already out.
-  static_assert(kStageChunks == 2, "a stage past the whole ones has at most one chunk");
-  for (; s < stages; ++s) {
-    const char* stage = stage_landed(s);
-    if (s * kStageChunks < chunks) {
-      uint4 lo[kStageChunks], hi[kStageChunks];
+  // The rest, stage by stage: a short last slice (one to three chunks), or the planted control's, one chunk short.
+  for (int s = 2 * whole_slices; s < stages; ++s) {
+    const char* stage = wait_landed(s);
+    const int stage_chunks = chunks - kStageChunks * s;
+    uint4 lo[kStageChunks], hi[kStageChunks];
+    if (stage_chunks >= 2) {
+      load_fragments(stage, lo, hi);
+      issue_steps<2>(acc, lo, hi, stage + S::kBytesW);
+      wait_for_steps();
+    } else if (stage_chunks == 1) {
       load_fragments(stage, lo, hi);
       issue_steps<1>(acc, lo, hi, stage + S::kBytesW);
       wait_for_steps();
     }
-    end_stage(s);
+    say_freed(s);
+    if (s % 2 == 1 || s == stages - 1) end_slice(s / 2);
   }
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-    float total[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) total[j] = sums[(4 * i + j) * S::kThreads + static_cast<int>(threadIdx.x)];
-    store_output_tile<kFault>(p, rt.begin + 8 * i, rt.end, feature, total);
-  }
+  for (int i = 0; i < kTiles; ++i) store_output_tile<kFault>(p, rt.begin + 8 * i, rt.end, feature, sums[i]);
 #else
   __trap();  // linear_launch_refusal refuses this shape where the build has no sm_90a code
 #endif

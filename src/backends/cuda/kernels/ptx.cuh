@@ -1,5 +1,6 @@
 // The PTX and memory-access primitives the kernel families share: shared-space addresses, asynchronous global ->
-// shared copies (cp.async), shared-memory matrix fragment loads (ldmatrix), streamed weight loads and BF16 packing.
+// shared copies (cp.async), shared-memory matrix fragment loads (ldmatrix), shared-memory barriers and register
+// budgets for warp-specialized blocks, streamed weight loads and BF16 packing.
 // One definition each, so a kernel family states what it does with them, never how a primitive is spelled.
 #pragma once
 
@@ -77,6 +78,56 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address)
                : "memory");
+}
+
+// ---- Shared-memory barriers (mbarrier) between the warps of a block. A barrier's phase completes when the count it
+// was initialized with has arrived, and it then starts the next; a waiter names the parity of the phase it waits for
+// (0 for the first). An arrival releases what the thread wrote before it, and a completed wait acquires it. ----
+
+__device__ __forceinline__ void mbarrier_init(void* barrier, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(void* barrier) {
+  asm volatile(
+      "{\n"
+      ".reg .b64 state;\n"
+      "mbarrier.arrive.shared::cta.b64 state, [%0];\n"
+      "}\n" ::"r"(shared_address(barrier))
+      : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(void* barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "waiting:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra waiting;\n"
+      "}\n" ::"r"(shared_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+
+// Orders the thread's earlier writes to shared memory through the generic proxy (stores, completed cp.async copies)
+// before what the async proxy (wgmma's shared-memory operands) reads after a synchronization that follows.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- Register budgets of a warp-specialized block (sm_90a): every warp of a warpgroup moves its threads' register
+// count to kRegisters (a multiple of 8, 24 to 256) together; a raise waits until another warpgroup's lowering has
+// freed the registers. ----
+
+template <int kRegisters>
+__device__ __forceinline__ void lower_register_budget() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void raise_register_budget() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
 }
 
 // ---- Tensor cores. ----
