@@ -245,9 +245,10 @@ int main(int argc, char** argv) {
     // FP8 and NVFP4 checkpoints keep the lm_head and the routers in BF16.
     if (quantized && (n < 64 || n > 100000)) continue;
     const int slices = plumb::cuda::linear_slices(k);
-    const size_t code_bytes = size_t{n} * k * (fp8 ? 2 : nvfp4 ? 1 : 4) / 2;
-    const size_t group_bytes = nvfp4 ? size_t{n} * k / 16 : 0;  // one E4M3 scale per feature and 16 k
-    const size_t scale_count = fp8 ? size_t{n} * slices : nvfp4 ? size_t{n} : 0;
+    const size_t features = static_cast<size_t>(n);
+    const size_t code_bytes = features * k * (fp8 ? 2 : nvfp4 ? 1 : 4) / 2;
+    const size_t group_bytes = nvfp4 ? features * k / 16 : 0;  // one E4M3 scale per feature and 16 k
+    const size_t scale_count = fp8 ? features * slices : nvfp4 ? features : 0;
     const size_t w_bytes = code_bytes + group_bytes + sizeof(float) * scale_count;  // what a launch reads of weights
     const int copies =
         code_bytes < (size_t{200} << 20) ? std::max<int>(3, (kRotateBytes + code_bytes - 1) / code_bytes) : 1;

@@ -41,14 +41,12 @@ LinearShape choose_linear_shape(LinearWeights w_type, int64_t rows_per_matrix, i
   // NVFP4 weights run on the streaming shapes alone (linear.h): prefill too, a tile of 64 rows at a time.
   if (rows_per_matrix <= 64 || w_type == LinearWeights::kNvfp4) return LinearShape::kStream64;
   const LaunchTuning& tuning = tuning_of(device);
-  if (wgmma && w_type == LinearWeights::kFp8 && tuning.fp8_prefill_on_wgmma) return LinearShape::kWgmma128;
-  // The warpgroup-MMA shape's tiles are the wide tiled shape's, 128 features by 128 rows.
+  if (wgmma && tuning.prefill_on_wgmma) return LinearShape::kWgmma128;
   const int64_t features = linear_tile_features(LinearShape::kTiled128);
   const int64_t rows = linear_tile_rows(LinearShape::kTiled128);
   const int64_t wide_blocks = (n + features - 1) / features * ((total_rows + rows - 1) / rows);
   const int64_t enough = int64_t{tuning.wide_tile_blocks_per_sm} * device.multiprocessors;
-  if (wide_blocks < enough) return LinearShape::kTiled64;
-  return wgmma && tuning.bf16_prefill_on_wgmma ? LinearShape::kWgmma128 : LinearShape::kTiled128;
+  return wide_blocks >= enough ? LinearShape::kTiled128 : LinearShape::kTiled64;
 }
 
 int32_t choose_linear_k_split(const LinearParams& p, const DeviceLimits& device) {

@@ -21,11 +21,9 @@ struct LaunchTuning {
   double nvfp4_partial_bytes_per_weight_byte;
   // Prefill products: 128-feature tiles while they still give every multiprocessor this many blocks (else 64).
   int wide_tile_blocks_per_sm;
-  // FP8 prefill products on warpgroup MMA where the device and the build have it (linear_wgmma_runs).
-  bool fp8_prefill_on_wgmma;
-  // BF16 prefill products on warpgroup MMA where the device and the build have it, at the row counts that fill the
-  // GPU with 128-feature tiles.
-  bool bf16_prefill_on_wgmma;
+  // Prefill products (BF16 and FP8 weights, more than 64 rows a matrix) on warpgroup MMA where the device and the
+  // build have it (linear_wgmma_runs); else on the tiled mma.sync kernel.
+  bool prefill_on_wgmma;
   // Shared memory a block of the decode products' shared-memory ring takes beyond its ring (its static shared memory
   // and what the runtime reserves a block), in bytes: what decides how many of its blocks a multiprocessor holds.
   int ring_block_extra_smem;

@@ -35,10 +35,11 @@ const LaunchTuning kSm90Tuning = {
     .nvfp4_partial_bytes_per_weight_byte = 4.0,
     // Two blocks a multiprocessor keep one block's loads in flight while the other multiplies.
     .wide_tile_blocks_per_sm = 2,
-    // linear_bench at 4096 rows on the H200 (2026-12-04): FP8 weights on warpgroup MMA 158-165 TFLOP/s against the
-    // tiled kernel's 108-114 (which spills with FP8's widening), before the warp-specialized kernel.
-    .fp8_prefill_on_wgmma = true,
-    .bf16_prefill_on_wgmma = true,
+    // linear_bench at 4096 rows (H100, 2026-12-07, the warp-specialized kernel): warpgroup MMA runs every measured
+    // shape at least as fast as the tiled kernel, with few blocks as well as many: BF16 12288 x 2048 226 against 168
+    // TFLOP/s, 1024 x 2048 220 against 152 (tiled64), 2048 x 512 139 against 116; FP8 240 against 114 (the tiled
+    // kernel spills with FP8's widening).
+    .prefill_on_wgmma = true,
     // The 1 KiB the runtime reserves a block on sm_90 and the ring kernel's 128-256 bytes of static shared memory
     // (resource_usage.txt), rounded up.
     .ring_block_extra_smem = 2048,
