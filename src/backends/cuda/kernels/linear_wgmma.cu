@@ -189,7 +189,10 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
     mbarrier_wait(landed + s % S::kStages, round_parity(s));
     return buffer(s);
   };
+  // One lane a warp arrives for the warp, after a warp barrier that orders every lane's reads of the stage before its
+  // arrival (the barrier counts warps).
   const auto say_freed = [&](int s) {
+    __syncwarp();
     if (lane == 0) mbarrier_arrive(freed + s % S::kStages);
   };
   const auto load_fragments = [&](const char* stage, uint4* lo, uint4* hi) {
