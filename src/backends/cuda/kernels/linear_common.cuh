@@ -228,8 +228,8 @@ using Stream64 = StreamShape<8, 8, uint16_t, 2>;
 // Weights are staged row-major as the tiled shapes do and reach the tensor cores from registers (the lanes'
 // mma_chunk fragments); activations, BF16 in slot order (linear.h), are staged in wgmma's no-swizzle K-major layout,
 // the 8 k of unit u of row r at byte 16 (kRows u + r), and read from shared memory by the MMA itself. After the
-// stages, two barriers a stage: landed (the staging warpgroup's 128 threads arrive) and freed (the 8 multiplying
-// warps).
+// stages, two barriers a stage: landed (the staging warpgroup's 128 threads arrive) and freed (the 256 multiplying
+// threads).
 struct Wgmma128Shape {
   static constexpr int kThreads = 384, kFeatures = 128, kRows = 128, kStageK = 64, kStages = 6, kMinBlocks = 1;
   using XElem = uint16_t;

@@ -133,11 +133,11 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
   __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
   uint64_t* landed = reinterpret_cast<uint64_t*>(smem + S::kStages * S::kStageBytes);  // [kStages]
   uint64_t* freed = landed + S::kStages;                                               // [kStages]
-  constexpr int kMultiplyingWarps = 8;
+  constexpr int kMultiplyingThreads = S::kThreads - Wgmma128Staging::kThreads;
   if (threadIdx.x == 0) {
     for (int b = 0; b < S::kStages; ++b) {
       mbarrier_init(landed + b, Wgmma128Staging::kThreads);
-      mbarrier_init(freed + b, kMultiplyingWarps);
+      mbarrier_init(freed + b, kMultiplyingThreads);
     }
   }
 
@@ -189,12 +189,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
     mbarrier_wait(landed + s % S::kStages, round_parity(s));
     return buffer(s);
   };
-  // One lane a warp arrives for the warp, after a warp barrier that orders every lane's reads of the stage before its
-  // arrival (the barrier counts warps).
-  const auto say_freed = [&](int s) {
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(freed + s % S::kStages);
-  };
+  // Every multiplying thread arrives: an arrival releases its own thread's reads of the stage, no other's.
+  const auto say_freed = [&](int s) { mbarrier_arrive(freed + s % S::kStages); };
   const auto load_fragments = [&](const char* stage, uint4* lo, uint4* hi) {
 #pragma unroll
     for (int c = 0; c < kStageChunks; ++c) {
