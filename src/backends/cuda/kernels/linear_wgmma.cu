@@ -22,13 +22,13 @@
 // a stage's copies have landed it fences them for the async proxy and arrives at the stage's `landed` barrier. A
 // multiplying warpgroup waits there, loads its weight fragments, issues the MMAs of a whole slice (two stages), waits
 // for them once, arrives at the stages' `freed` barriers (which the staging warpgroup waits on before copying into
-// the buffers again) and adds the slice, scaled, into running sums in registers, while the other warpgroup's MMAs
-// keep the tensor cores busy. The staging warpgroup gives up registers (setmaxnreg) so the multiplying ones hold the
-// slice's accumulators, its fragments and the running sums without spilling.
+// the buffers again) and adds the slice, scaled, into running sums in registers; the other warpgroup's MMAs may run
+// meanwhile (ncu finds the two mostly waiting together: docs/performance.md). The staging warpgroup gives up
+// registers (setmaxnreg) so the multiplying ones hold the slice's accumulators, its fragments and the running sums
+// without spilling.
 //
-// Speed (linear_bench, T = 4096, H100, 2026-12-07): 226-253 TFLOP/s with BF16 weights and 231-258 with FP8 on the
-// large shapes, against the tiled kernel's 165-175 and 113-114 and cuBLAS's 746-773 (docs/performance.md).
-//
+// Speed (linear_bench, T = 4096, H100, 2026-12-07, 8d6ab78): 222-244 TFLOP/s with BF16 weights and 239-260 with FP8
+// on the shapes of 2048 to 12288 features, against the tiled kernel's 165-175 and 112-114 and cuBLAS's 746-779.
 #include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/linear_common.cuh"
 
