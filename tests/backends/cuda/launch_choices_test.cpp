@@ -58,7 +58,8 @@ TEST(LaunchChoices, ShapesFollowTheRowsAndTheWeights) {
   EXPECT_EQ(choose_linear_shape(LinearWeights::kBF16, 16, 16, 2048, true, kH200), LinearShape::kStream16);
   EXPECT_EQ(choose_linear_shape(LinearWeights::kBF16, 64, 64, 2048, true, kH200), LinearShape::kStream64);
   // Prefill: on warpgroup MMA where the device has it; else the tiled kernel, wide tiles while they give every
-  // multiprocessor two blocks (2048 features x 4096 rows: 512 blocks; x 128 rows: 16).
+  // multiprocessor two blocks (2048 features x 4096 rows: 512 blocks; x 128 rows: 16). The smallest grid measured on
+  // warpgroup MMA is 64 blocks (256 x 2048 at 4096 rows, a tie with tiled64); 128 rows' 16 blocks are not measured.
   EXPECT_EQ(choose_linear_shape(LinearWeights::kFp8, 4096, 4096, 2048, true, kH200), LinearShape::kWgmma128);
   EXPECT_EQ(choose_linear_shape(LinearWeights::kBF16, 4096, 4096, 2048, true, kH200), LinearShape::kWgmma128);
   EXPECT_EQ(choose_linear_shape(LinearWeights::kBF16, 128, 128, 2048, true, kH200), LinearShape::kWgmma128);

@@ -36,9 +36,10 @@ const LaunchTuning kSm90Tuning = {
     // Two blocks a multiprocessor keep one block's loads in flight while the other multiplies.
     .wide_tile_blocks_per_sm = 2,
     // linear_bench at 4096 rows (H100, 2026-12-07, the warp-specialized kernel): warpgroup MMA runs every measured
-    // shape at least as fast as the tiled kernel, with few blocks as well as many: BF16 12288 x 2048 226 against 168
-    // TFLOP/s, 1024 x 2048 220 against 152 (tiled64), 2048 x 512 139 against 116; FP8 240 against 114 (the tiled
-    // kernel spills with FP8's widening).
+    // shape at least as fast as the tiled kernel, down to grids of 64 blocks: BF16 12288 x 2048 226 against 168
+    // TFLOP/s, 1024 x 2048 220 against 152 (tiled64), 256 x 2048 104 against 105 (tiled64), 2048 x 512 139 against
+    // 116; FP8 240 against 114 (the tiled kernel spills with FP8's widening). Smaller grids (prefill chunks of 65 to
+    // a few hundred rows) are not measured.
     .prefill_on_wgmma = true,
     // The 1 KiB the runtime reserves a block on sm_90 and the ring kernel's 128-256 bytes of static shared memory
     // (resource_usage.txt), rounded up.
