@@ -20,7 +20,10 @@
 // At T > 64 on a Hopper GPU both prefill kernel families run, production's first: the tiled mma.sync shape and the
 // warpgroup-MMA one (held to the same bits).
 //
-// Usage: linear_bench [--weights bf16|fp8|nvfp4] [out.json]
+// --shapes NxK,... and --rows T,...: only those products and row counts (T = 1 always runs: it is every other row
+// count's reference), for a quick comparison of builds.
+//
+// Usage: linear_bench [--weights bf16|fp8|nvfp4] [--shapes NxK,...] [--rows T,...] [out.json]
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -194,23 +197,67 @@ double copy_gbps(cudaStream_t stream) {
   return 2.0 * bytes / (us * 1e3);
 }
 
+// The positive integers of a comma-separated list, each split at `x` into pairs when `pairs`; empty on any other text.
+std::vector<std::vector<int>> parse_list(const std::string& text, bool pairs) {
+  std::vector<std::vector<int>> items;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    std::vector<int> item;
+    size_t part = at;
+    while (part <= end) {
+      const size_t cut = std::min(pairs ? text.find('x', part) : end, end);
+      const std::string digits = text.substr(part, cut - part);
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return {};
+      item.push_back(std::stoi(digits));
+      if (item.back() <= 0) return {};
+      part = cut + 1;
+    }
+    if (item.size() != (pairs ? 2u : 1u)) return {};
+    items.push_back(item);
+    at = end + 1;
+  }
+  return items;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   LinearWeights w_type = LinearWeights::kBF16;
   const char* json_path = nullptr;
+  std::vector<std::vector<int>> sizes = {{32, 2048},   {12288, 2048},  {8192, 2048},  {4096, 2048},
+                                         {2048, 4096}, {512, 2048},    {256, 2048},   {1024, 2048},
+                                         {2048, 512},  {151936, 2048}, {248320, 2048}};
+  std::vector<int> rows_list = {1, 4, 16, 32, 64, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const std::string value = i + 1 < argc ? argv[i + 1] : "";
     if (arg == "--weights" && (value == "bf16" || value == "fp8" || value == "nvfp4")) {
       w_type = value == "fp8" ? LinearWeights::kFp8 : value == "nvfp4" ? LinearWeights::kNvfp4 : LinearWeights::kBF16;
       ++i;
+    } else if (arg == "--shapes" || arg == "--rows") {
+      const auto items = parse_list(value, arg == "--shapes");
+      if (items.empty()) {
+        std::fprintf(stderr, "linear_bench: %s wants %s, not '%s'\n", arg.c_str(),
+                     arg == "--shapes" ? "NxK,... (e.g. 12288x2048,2048x4096)" : "T,... (e.g. 1,4096)", value.c_str());
+        return 1;
+      }
+      if (arg == "--shapes") {
+        sizes = items;
+      } else {
+        rows_list = {1};  // every row count's reference
+        for (const auto& item : items)
+          if (item[0] != 1) rows_list.push_back(item[0]);
+      }
+      ++i;
     } else if (arg.rfind("--", 0) != 0 && json_path == nullptr) {
       json_path = argv[i];
     } else {
-      std::fprintf(stderr,
-                   "linear_bench: unknown argument %s (usage: linear_bench [--weights bf16|fp8|nvfp4] [out.json])\n",
-                   argv[i]);
+      std::fprintf(
+          stderr,
+          "linear_bench: unknown argument %s (usage: linear_bench [--weights bf16|fp8|nvfp4] [--shapes NxK,...] "
+          "[--rows T,...] [out.json])\n",
+          argv[i]);
       return 1;
     }
   }
@@ -222,9 +269,6 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
 
-  const int sizes[][2] = {{32, 2048},  {12288, 2048}, {8192, 2048}, {4096, 2048},   {2048, 4096},  {512, 2048},
-                          {256, 2048}, {1024, 2048},  {2048, 512},  {151936, 2048}, {248320, 2048}};
-  const int rows_list[] = {1, 4, 16, 32, 64, 4096};
   std::vector<Result> results;
   bool all_ok = true;
   const double copy = copy_gbps(stream);
@@ -292,10 +336,10 @@ int main(int argc, char** argv) {
       // [t, k] activations with the T = 1 row at index `probe`.
       const int probe = std::min(t - 1, 37);
       float* x = nullptr;          // [t, k] F32
-      uint16_t* x_bf16 = nullptr;  // [t, k] BF16, for shapes that stage activations so
+      uint16_t* x_bf16 = nullptr;  // [t, linear_slot_order_k(k)] BF16, for shapes that stage activations so
       float* y = nullptr;          // [t, n]
       check(cudaMalloc(&x, sizeof(float) * t * k), "cudaMalloc x");
-      check(cudaMalloc(&x_bf16, sizeof(uint16_t) * t * k), "cudaMalloc x_bf16");
+      check(cudaMalloc(&x_bf16, sizeof(uint16_t) * t * plumb::cuda::linear_slot_order_k(k)), "cudaMalloc x_bf16");
       check(cudaMalloc(&y, sizeof(float) * size_t(t) * n), "cudaMalloc y");
       init_f32<<<1024, 256, 0, stream>>>(x, int64_t{t} * k, 100 + t);
       copy_row<<<8, 256, 0, stream>>>(x1, x, probe, k);
@@ -303,7 +347,7 @@ int main(int argc, char** argv) {
       LinearParams p = plumb::bench::production_linear_params(w_type, t, n, k, scales, y, partials, arrivals, device);
       p.x = x;
       if (static_cast<size_t>(plumb::cuda::linear_partials_count(p)) > partial_elems) p.k_split = 1;
-      // Activations as p.shape reads them (k is a multiple of 32 here: slot order keeps rows k long).
+      // Activations as p.shape reads them (slot-ordered rows are linear_slot_order_k(k) long).
       auto stage_x = [&] {
         p.x = x;
         if (plumb::cuda::linear_stages_slot_order(p.shape)) {
