@@ -45,16 +45,22 @@ def main():
     if args.details:
         print_details(args.details)
     with open(args.csv, newline="") as f:
-        rows = [line for line in f if line.startswith('"')]
-    reader = csv.DictReader(rows)
-    header = reader.fieldnames or []
+        rows = list(csv.reader(line for line in f if line.startswith('"')))
+    # Newer ncu puts a "Kernel Name" line before the table: the header is the first row naming a source column.
+    start = next((i for i, r in enumerate(rows) if any(c.strip().lower() == "source" for c in r)), 0)
+    header = rows[start] if rows else []
     all_col = next((c for c in header if "Sampling" in c and "All" in c), None)
     not_issued_col = next((c for c in header if "Sampling" in c and "Not" in c), None)
     source_col = next((c for c in header if c.strip().lower() == "source"), None)
     address_col = next((c for c in header if "Address" in c), None)
     if all_col is None or source_col is None:
         sys.exit(f"ncu_stalls: no stall-sampling or source column in {args.csv}; its columns: {header}")
-    table = list(reader)
+    # The table's rows, up to the next kernel's lines (another length).
+    table = []
+    for r in rows[start + 1 :]:
+        if len(r) != len(header):
+            break
+        table.append(dict(zip(header, r)))
     total = sum(number(r[all_col]) for r in table) or 1.0
     print(f"{len(table)} instructions, {total:.0f} stall samples ({all_col})")
     for r in sorted(table, key=lambda r: -number(r[all_col]))[: args.top]:
