@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from checklist import check, verdict  # tests/bench/checklist.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -24,13 +25,6 @@ MODEL = os.path.join(ROOT, "tests", "fixtures", "models", "qwen3_next_moe")
 BENCH = ["--", "{plumb}", "bench", "--device", "cpu", "--synthetic", "--model", "tiny", "--batches", "1", "--prefill",
          "32", "--steps", "3", "--warmup", "1", "--prefill-repeats", "3", "--skip-kernels", "--copy-mib", "4",
          "--json", "{json}"]
-failures = []
-
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def ab(work, name, *args):
@@ -156,8 +150,7 @@ def main():
         {"same": case_same, "planted": case_planted, "file": case_file, "models": case_models}[case](work, plumb)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"ab_test {case}: {len(failures)} failed" + "".join("\n  " + f for f in failures))
-    return 1 if failures else 0
+    return verdict(f"ab_test {case}")
 
 
 if __name__ == "__main__":

@@ -9,19 +9,13 @@ import os
 import subprocess
 import sys
 import tempfile
+from checklist import check, verdict  # tests/bench/checklist.py
 
 STALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "ncu_stalls.py")
 HEADER = '"# Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
 TABLE = ('"0x10","HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24","120","100"\n'
          '"0x20","SYNCS.PHASECHK.TRANS64 P0, [UR5], R3","300","290"\n'
          '"0x30","FADD R1, R2, R3","80","1"\n')
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def run(text, *extra):
@@ -50,6 +44,4 @@ proc = run('"Kernel Name","void k(int)",""\n"# Address","Source"\n"0x10","FADD R
 check(proc.returncode != 0 and "no stall-sampling" in proc.stderr and "Source" in proc.stderr,
       f"no sampling column: refused, naming the columns found ({proc.stderr.strip()})")
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("all checks passed")
+sys.exit(verdict("ncu_stalls_test"))

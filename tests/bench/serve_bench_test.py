@@ -29,14 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SERVER_DIR = os.path.join(ROOT, "bench", "server")
 sys.path.insert(0, SERVER_DIR)
 import serving  # noqa: E402
+from checklist import check, verdict  # noqa: E402 (tests/bench/checklist.py)
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def script(name, *args):
@@ -163,8 +157,7 @@ def main():
     case, plumb = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as work:
         {"load": load, "multiturn": multiturn, "tokenless": tokenless, "planted": planted}[case](plumb, work)
-    if failures:
-        sys.exit(f"{len(failures)} check(s) failed")
+    sys.exit(verdict(f"serve_bench_test {case}"))
 
 
 if __name__ == "__main__":

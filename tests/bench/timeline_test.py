@@ -12,15 +12,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from checklist import check, verdict  # tests/bench/checklist.py
 
 TIMELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "trace", "timeline.py")
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def write_trace(path, rows):
@@ -94,11 +88,7 @@ def main():
     proc, _ = run(os.path.join(work, "missing.csv"))
     check(proc.returncode == 1 and "missing.csv" in proc.stderr and "Traceback" not in proc.stderr,
           f"a missing file is refused by name: {proc.stderr.strip()}")
-    if failures:
-        print(f"timeline_test: {len(failures)} failed")
-        return 1
-    print("timeline_test: all passed")
-    return 0
+    return verdict("timeline_test")
 
 
 if __name__ == "__main__":
