@@ -38,6 +38,7 @@
 
 #include "backends/cuda/kernels/launch_choices.h"
 #include "backends/cuda/kernels/linear.h"
+#include "list_flags.h"
 #include "production_params.h"
 
 namespace {
@@ -197,29 +198,6 @@ double copy_gbps(cudaStream_t stream) {
   return 2.0 * bytes / (us * 1e3);
 }
 
-// The positive integers of a comma-separated list, each split at `x` into pairs when `pairs`; empty on any other text.
-std::vector<std::vector<int>> parse_list(const std::string& text, bool pairs) {
-  std::vector<std::vector<int>> items;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    std::vector<int> item;
-    size_t part = at;
-    while (part <= end) {
-      const size_t cut = std::min(pairs ? text.find('x', part) : end, end);
-      const std::string digits = text.substr(part, cut - part);
-      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return {};
-      item.push_back(std::stoi(digits));
-      if (item.back() <= 0) return {};
-      part = cut + 1;
-    }
-    if (item.size() != (pairs ? 2u : 1u)) return {};
-    items.push_back(item);
-    at = end + 1;
-  }
-  return items;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,10 +214,10 @@ int main(int argc, char** argv) {
       w_type = value == "fp8" ? LinearWeights::kFp8 : value == "nvfp4" ? LinearWeights::kNvfp4 : LinearWeights::kBF16;
       ++i;
     } else if (arg == "--shapes" || arg == "--rows") {
-      const auto items = parse_list(value, arg == "--shapes");
-      if (items.empty()) {
-        std::fprintf(stderr, "linear_bench: %s wants %s, not '%s'\n", arg.c_str(),
-                     arg == "--shapes" ? "NxK,... (e.g. 12288x2048,2048x4096)" : "T,... (e.g. 1,4096)", value.c_str());
+      std::vector<std::vector<int>> items;
+      std::string error;
+      if (!plumb::bench::parse_list_flag(value, arg.c_str(), arg == "--shapes", &items, &error)) {
+        std::fprintf(stderr, "linear_bench: %s\n", error.c_str());
         return 1;
       }
       if (arg == "--shapes") {
