@@ -252,7 +252,8 @@ __global__ void __launch_bounds__(kConvertThreads) to_bf16_kernel(const float* x
 
 // Slot order (linear.h): one thread per BF16 pair of the output, y [rows, x_k]. Position p of a row's 32-wide chunk
 // C holds k = 32 C + 8 t + 2 (2 s + h) + e, s = p / 16, c = p mod 16, t = (c mod 8) / 2, h = c / 8, e = c mod 2; a
-// pair (e = 0, 1) is two neighbouring k, zero past k.
+// pair (e = 0, 1) is two neighbouring k, zero past k. The pair at output position o holds position p of the row,
+// o and p within a 64-wide segment being units o / 8 and (o / 8) ^ (row mod 8).
 template <KernelFault kFault>
 __global__ void __launch_bounds__(kConvertThreads)
     to_bf16_slots_kernel(const float* x, uint32_t* y, int64_t rows, int k, int x_k) {
@@ -261,7 +262,8 @@ __global__ void __launch_bounds__(kConvertThreads)
   const int pairs = x_k / 2;
   if (i >= rows * pairs) return;
   const int64_t row = i / pairs;
-  const int p = 2 * static_cast<int>(i % pairs);
+  const int o = 2 * static_cast<int>(i % pairs);
+  const int p = o / kSlotSegmentK * kSlotSegmentK + ((o % kSlotSegmentK / 8) ^ static_cast<int>(row % 8)) * 8 + o % 8;
   const int s = p % kChunkK / 16, c = p % 16;
   // The planted control keeps natural order, so each step of the wgmma kernel sums k 16 j .. 16 j + 15.
   const int kk =
@@ -573,7 +575,7 @@ bool linear_stages_slot_order(LinearShape shape) {
 }
 
 int64_t linear_slot_order_k(int64_t k) {
-  return (k + kChunkK - 1) / kChunkK * kChunkK;
+  return (k + kSlotSegmentK - 1) / kSlotSegmentK * kSlotSegmentK;
 }
 
 bool linear_wgmma_runs() {

@@ -180,9 +180,11 @@ void launch_linear_to_bf16(const float* x, uint16_t* y, int64_t count, KernelFau
 // are the 16 k one tensor-core step of the contract sums, in the slots mma_chunk gives them (kernels/linear.cu says
 // why): within each 32-wide chunk, position 16 s + c holds k = 8 t + 2 (2 s + h) + e with t = (c mod 8) / 2,
 // h = c / 8, e = c mod 2 (step s's k: 0-3, 8-11, 16-19, 24-27 for s = 0, the others for s = 1). A row is
-// linear_slot_order_k(k) long, zero past k.
+// linear_slot_order_k(k) long (whole segments of 64, zero past k), and each segment's eight 16-byte units are stored
+// swizzled: unit u of row r at unit u ^ (r mod 8), the order of the warpgroup MMA's 128-byte swizzle, so that a row
+// segment lands in shared memory as it is, one 128-byte line a copy.
 int64_t linear_slot_order_k(int64_t k);
-// x [rows, k] F32; y [rows, linear_slot_order_k(k)] BF16 bits in slot order.
+// x [rows, k] F32; y [rows, linear_slot_order_k(k)] BF16 bits in slot order, swizzled.
 void launch_linear_to_bf16_slots(const float* x, uint16_t* y, int64_t rows, int64_t k, KernelFault fault,
                                  cudaStream_t stream);
 

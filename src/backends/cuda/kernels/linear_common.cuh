@@ -28,6 +28,8 @@ constexpr int kChunkK = 32;
 constexpr int kSliceK = kLinearSliceK;
 constexpr int kSliceChunks = kSliceK / kChunkK;
 static_assert(kSliceK % kChunkK == 0, "a slice is whole chunks");
+// Slot-ordered activations (linear.h) come in row segments of 64 k: one 128-byte line of BF16, swizzled within.
+constexpr int kSlotSegmentK = 64;
 
 // One chunk of one 16-feature by 8-row tile (A: the weights, B: the activations). w_lo, w_hi: the lane's 8 k of weight
 // rows g and g + 8; x: its 8 k of product row g; each as four BF16 pairs, lower k in the low half. d: features g and
@@ -226,10 +228,10 @@ using Stream64 = StreamShape<8, 8, uint16_t, 2>;
 // first stages (Wgmma128Staging): it copies stages of 64 k into a ring of six and says when each has landed; the
 // other two multiply, each 64 features by the block's 128 product rows, and say when they are done with a stage.
 // Weights are staged row-major as the tiled shapes do and reach the tensor cores from registers (the lanes'
-// mma_chunk fragments); activations, BF16 in slot order (linear.h), are staged in wgmma's no-swizzle K-major layout,
-// the 8 k of unit u of row r at byte 16 (kRows u + r), and read from shared memory by the MMA itself. After the
-// stages, two barriers a stage: landed (the staging warpgroup's 128 threads arrive) and freed (the 256 multiplying
-// threads).
+// mma_chunk fragments); activations, BF16 in slot order (linear.h), are staged in wgmma's K-major layout with the
+// 128-byte swizzle, each row's 64 k one 128-byte line (unit u at u ^ (row mod 8)), and read from shared memory by the
+// MMA itself. After the stages, two barriers a stage: landed (the staging warpgroup's 128 threads arrive) and freed
+// (the 256 multiplying threads). The block's dynamic shared memory starts at its first kAlign boundary.
 struct Wgmma128Shape {
   static constexpr int kThreads = 384, kFeatures = 128, kRows = 128, kStageK = 64, kStages = 6, kMinBlocks = 1;
   using XElem = uint16_t;
@@ -238,7 +240,10 @@ struct Wgmma128Shape {
   static constexpr int kBytesW = kFeatures * kUnitsW * 16;
   static constexpr int kStageBytes = kBytesW + kRows * kUnitsX * 16;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes;
+  static constexpr int kAlign = 1024;
+  static constexpr int kSmemBytes = kAlign + kStages * kStageBytes + kBarrierBytes;
+  static_assert(kStageK == kSlotSegmentK && kBytesW % kAlign == 0 && kStageBytes % kAlign == 0,
+                "a stage's rows are whole slot-order segments, each stage's activations on a swizzle period");
 };
 // The staging warpgroup of Wgmma128Shape, as stage_weight_rows takes a shape: its threads share a stage's copies.
 struct Wgmma128Staging {

@@ -11,7 +11,8 @@
 // registers exactly as the mma.sync kernels load them; the activations (B, N = product rows) come from shared memory,
 // where wgmma reads each step's 16 k as two consecutive 8-k units of a row. Laying each row out in slot order
 // (linear.h, launch_linear_to_bf16_slots) puts step s's k in the units wgmma reads for it, in the slots the weights'
-// registers give the same k.
+// registers give the same k. A stage holds each row's 64 k as one 128-byte line in the MMA's 128-byte swizzle, the
+// order the slot-ordered rows already have in global memory, so every copy moves a whole line.
 //
 // A block (Wgmma128Shape) is warp-specialized, as Hopper's GEMMs are: warpgroup 0 only stages, warpgroups 1 and 2
 // only multiply, so the copies, the MMAs and the slices' ends overlap without any thread doing two of them in turn.
@@ -63,12 +64,14 @@ __device__ __forceinline__ void wgmma_step(float (&d)[kTiles][4], uint32_t a0, u
 }
 #endif
 
-// The descriptor of step j's activations in a stage: units 2j and 2j + 1 of every row (no swizzle; core matrices of
-// 8 rows by one unit, 128 bytes apart along the rows and 16 · kRows apart along k).
+// The descriptor of step j's activations in a stage: units 2j and 2j + 1 of every row, rows of one 128-byte line in
+// the 128-byte swizzle (layout type 1: unit u of row r at unit u ^ (r mod 8) of its line, the stage 1024-byte
+// aligned), groups of 8 rows 1024 bytes apart; the step's units start 32 j bytes into the line, and the MMA applies
+// the swizzle to that address.
 __device__ __forceinline__ uint64_t step_descriptor(const char* stage_x, int j) {
-  constexpr uint64_t kAlongK = 16 * S::kRows, kAlongRows = 128;
-  const uint64_t address = shared_address(stage_x + 2 * j * kAlongK);
-  return ((address & 0x3FFFF) >> 4) | ((kAlongK >> 4) << 16) | ((kAlongRows >> 4) << 32);
+  constexpr uint64_t kRowGroups = 8 * 128, kSwizzle128 = 1;
+  const uint64_t address = shared_address(stage_x + 32 * j);
+  return ((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | ((kRowGroups >> 4) << 32) | (kSwizzle128 << 62);
 }
 
 // Issues the steps of a stage's first kChunks chunks, each chunk mma_chunk's two (pairs x, y of the rows, then z, w),
@@ -94,23 +97,42 @@ __device__ __forceinline__ void wait_for_steps() {
 #endif
 }
 
+// The activations' copies a staging thread makes a stage: in pass j, unit i % 8 of tile row i / 8, i = j kThreads +
+// thread, so that eight lanes copy one row's 128-byte line, from global memory and into shared memory alike.
+using Staging = Wgmma128Staging;
+constexpr int kUnitPasses = S::kRows * S::kUnitsX / Staging::kThreads;
+static_assert(S::kUnitsX == 8 && S::kRows * S::kUnitsX % Staging::kThreads == 0 && 3 * kUnitPasses <= 32,
+              "whole lines a pass, and a 3-bit key a pass in one word");
+
+// The swizzle keys of the staging thread's rows, 3 bits a pass: tile row r's units sit in shared memory at u ^ (r mod
+// 8) and in its row g of x at u ^ (g mod 8), so the unit the thread stores at u comes from u ^ ((r ^ g) mod 8). Zero
+// for a plain product (its tiles start at multiples of 128 rows); rows gathered or grouped by expert differ.
+__device__ __forceinline__ uint32_t row_swizzle_keys(const LinearParams& p, const RowTile& rt) {
+  uint32_t keys = 0;
+#pragma unroll
+  for (int j = 0; j < kUnitPasses; ++j) {
+    const int r = (j * Staging::kThreads + static_cast<int>(threadIdx.x)) / S::kUnitsX;
+    const int row = rt.begin + r;
+    const int g = row < rt.end ? (p.x_index ? p.x_index[row] : row) : r;
+    keys |= static_cast<uint32_t>((r ^ g) & 7) << (3 * j);
+  }
+  return keys;
+}
+
 // Stages k [k0, k0 + kStageK) of the block's weights (as the tiled kernels) and of its product rows' slot-ordered
-// activations (rows of x_k, x_offset[r] < 0 for padding, zero-filled), by the staging warpgroup's threads.
+// activations (rows of x_k, whole 128-byte lines; x_offset[r] < 0 for padding, zero-filled), by the staging
+// warpgroup's threads.
 template <class W, bool kVec>
 __device__ __forceinline__ void load_stage(const typename W::Elem* w, int features, const uint16_t* x,
-                                           const int64_t* x_offset, int k, int x_k, int k0, char* stage) {
-  using T = Wgmma128Staging;
-  stage_weight_rows<T, W, kVec>(w, features, k, k0, stage);
+                                           const int64_t* x_offset, uint32_t keys, int k, int k0, char* stage) {
+  stage_weight_rows<Staging, W, kVec>(w, features, k, k0, stage);
   char* stage_x = stage + S::kBytesW;
-  // Lane pairs take the two units of a 32-byte sector; a warp writes two runs of 16 rows, each conflict-free.
-  static_assert(S::kRows * S::kUnitsX % T::kThreads == 0 && T::kThreads % 64 == 0, "even staging loops");
 #pragma unroll
-  for (int j = 0; j < S::kRows * S::kUnitsX / T::kThreads; ++j) {
-    const int i = j * T::kThreads + static_cast<int>(threadIdx.x);
-    const int r = i / 2 % S::kRows, u = 2 * (i / (2 * S::kRows)) + i % 2;
-    const int kk = k0 + 8 * u;
-    const bool valid = x_offset[r] >= 0 && kk < x_k;
-    cp_async_16(stage_x + 16 * (u * S::kRows + r), valid ? x + x_offset[r] + kk : x, valid);
+  for (int j = 0; j < kUnitPasses; ++j) {
+    const int i = j * Staging::kThreads + static_cast<int>(threadIdx.x);
+    const int r = i / S::kUnitsX, from = (i % S::kUnitsX) ^ static_cast<int>(keys >> (3 * j) & 7);
+    const bool valid = x_offset[r] >= 0;
+    cp_async_16(stage_x + 16 * i, valid ? x + x_offset[r] + k0 + 8 * from : x, valid);
   }
 }
 
@@ -129,19 +151,22 @@ template <class W, bool kVec, KernelFault kFault>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kernel(const LinearParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   wait_for_prior_grid();
-  extern __shared__ __align__(128) char smem[];  // kStages x [weights | rows, slot order], then the barriers
-  __shared__ int64_t x_offset[S::kRows];         // element offset of each product row's activations; -1: padding
+  extern __shared__ __align__(128) char smem_unaligned[];
+  // kStages x [weights | rows, slot order, swizzled], then the barriers, from the first 1024-byte boundary (the
+  // swizzle's period, which the MMA reads from the address).
+  char* smem = smem_unaligned + (S::kAlign - shared_address(smem_unaligned) % S::kAlign) % S::kAlign;
+  __shared__ int64_t x_offset[S::kRows];  // element offset of each product row's activations; -1: padding
   uint64_t* landed = reinterpret_cast<uint64_t*>(smem + S::kStages * S::kStageBytes);  // [kStages]
   uint64_t* freed = landed + S::kStages;                                               // [kStages]
-  constexpr int kMultiplyingThreads = S::kThreads - Wgmma128Staging::kThreads;
+  constexpr int kMultiplyingThreads = S::kThreads - Staging::kThreads;
   if (threadIdx.x == 0) {
     for (int b = 0; b < S::kStages; ++b) {
-      mbarrier_init(landed + b, Wgmma128Staging::kThreads);
+      mbarrier_init(landed + b, Staging::kThreads);
       mbarrier_init(freed + b, kMultiplyingThreads);
     }
   }
 
-  const int x_k = static_cast<int>((p.k + kChunkK - 1) / kChunkK * kChunkK);  // linear_slot_order_k
+  const int x_k = static_cast<int>((p.k + kSlotSegmentK - 1) / kSlotSegmentK * kSlotSegmentK);  // linear_slot_order_k
   TiledBlock<W> tb;
   // Its barrier also makes the initialized barriers everyone's.
   if (!tiled_block<S, W, kFault>(p, x_k, x_offset, &tb)) return;
@@ -150,8 +175,9 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
   const auto buffer = [&](int s) { return smem + (s % S::kStages) * S::kStageBytes; };
   const auto round_parity = [](int s) { return static_cast<uint32_t>(s / S::kStages) & 1; };
 
-  if (threadIdx.x < Wgmma128Staging::kThreads) {
+  if (threadIdx.x < Staging::kThreads) {
     lower_register_budget<kStagingRegisters>();
+    const uint32_t keys = row_swizzle_keys(p, rt);
     // The thread's copies of stage s have landed: handed to the async proxy, and counted in at the stage's barrier.
     const auto say_landed = [&](int s) {
       fence_proxy_async_shared();
@@ -160,7 +186,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
     for (int s = 0; s < stages; ++s) {
       // The buffer's previous stage, s - kStages, must be freed: its parity is its round's.
       if (s >= S::kStages) mbarrier_wait(freed + s % S::kStages, round_parity(s - S::kStages));
-      load_stage<W, kVec>(w, features, x, x_offset, p.k, x_k, s * S::kStageK, buffer(s));
+      load_stage<W, kVec>(w, features, x, x_offset, keys, p.k, s * S::kStageK, buffer(s));
       cp_async_commit();
       if (s >= kLag) {
         cp_async_wait<kLag>();
@@ -175,7 +201,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
   raise_register_budget<kMultiplyingRegisters>();
   static_assert(kSliceK == 2 * S::kStageK, "a slice is two stages");
   constexpr int kStageChunks = S::kStageK / kChunkK;
-  const int thread = static_cast<int>(threadIdx.x) - Wgmma128Staging::kThreads;  // of the multiplying 256
+  const int thread = static_cast<int>(threadIdx.x) - Staging::kThreads;  // of the multiplying 256
   const int lane = thread % 32, warp = thread / 32;
   const int q = lane % 4;
   const int row_in_block = 16 * warp + lane / 4;  // the lane's feature (and + 8) within the block
