@@ -21,6 +21,8 @@
 // m16n8 tiles in mma.sync's layout, so the stores are the tiled kernels'). The staging warpgroup copies stages of
 // 64 k (two chunks, four steps) with cp.async into a ring of six, keeping three stages of its copies in flight: once
 // a stage's copies have landed it fences them for the async proxy and arrives at the stage's `landed` barrier. A
+// plain product's activation tile comes instead as one box from the copy engine (TMA, activation_map), whose bytes
+// count in at the same barrier; rows gathered or grouped by expert are copied by the staging threads. A
 // multiplying warpgroup waits there, loads its weight fragments, issues the MMAs of a whole slice (two stages), waits
 // for them once, arrives at the stages' `freed` barriers (which the staging warpgroup waits on before copying into
 // the buffers again) and adds the slice, scaled, into running sums in registers; the other warpgroup's MMAs may run
@@ -30,6 +32,8 @@
 //
 // Speed (linear_bench, T = 4096, H100, 2026-12-07, 8d6ab78): 222-244 TFLOP/s with BF16 weights and 239-260 with FP8
 // on the shapes of 2048 to 12288 features, against the tiled kernel's 165-175 and 112-114 and cuBLAS's 746-779.
+#include <cudaTypedefs.h>
+
 #include "backends/cuda/kernels/launch.cuh"
 #include "backends/cuda/kernels/linear_common.cuh"
 
@@ -119,14 +123,10 @@ __device__ __forceinline__ uint32_t row_swizzle_keys(const LinearParams& p, cons
   return keys;
 }
 
-// Stages k [k0, k0 + kStageK) of the block's weights (as the tiled kernels) and of its product rows' slot-ordered
-// activations (rows of x_k, whole 128-byte lines; x_offset[r] < 0 for padding, zero-filled), by the staging
-// warpgroup's threads.
-template <class W, bool kVec>
-__device__ __forceinline__ void load_stage(const typename W::Elem* w, int features, const uint16_t* x,
-                                           const int64_t* x_offset, uint32_t keys, int k, int k0, char* stage) {
-  stage_weight_rows<Staging, W, kVec>(w, features, k, k0, stage);
-  char* stage_x = stage + S::kBytesW;
+// Stages k [k0, k0 + kStageK) of the block's product rows' slot-ordered activations (rows of x_k, whole 128-byte
+// lines; x_offset[r] < 0 for padding, zero-filled) into stage_x, by the staging warpgroup's threads.
+__device__ __forceinline__ void copy_stage_rows(const uint16_t* x, const int64_t* x_offset, uint32_t keys, int k0,
+                                                char* stage_x) {
 #pragma unroll
   for (int j = 0; j < kUnitPasses; ++j) {
     const int i = j * Staging::kThreads + static_cast<int>(threadIdx.x);
@@ -135,6 +135,9 @@ __device__ __forceinline__ void load_stage(const typename W::Elem* w, int featur
     cp_async_16(stage_x + 16 * i, valid ? x + x_offset[r] + k0 + 8 * from : x, valid);
   }
 }
+
+// The activation tile a stage holds, in bytes: what the copy engine's box brings (activation_map).
+constexpr uint32_t kStageBytesX = S::kStageBytes - S::kBytesW;
 
 // The stages in flight of the staging warpgroup's copies: it says stage s has landed once it has issued s + kLag.
 // At most kStages - 2, or the multiplying warpgroups, which wait for both stages of a slice before freeing either,
@@ -148,7 +151,8 @@ constexpr int kStagingRegisters = 88, kMultiplyingRegisters = 208;
 static_assert(kStagingRegisters * 128 + kMultiplyingRegisters * 256 <= 65536, "the budgets fit the register file");
 
 template <class W, bool kVec, KernelFault kFault>
-__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kernel(const LinearParams p) {
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    linear_wgmma_kernel(const LinearParams p, const __grid_constant__ CUtensorMap x_map, bool x_by_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   wait_for_prior_grid();
   extern __shared__ __align__(128) char smem_unaligned[];
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
 
   if (threadIdx.x < Staging::kThreads) {
     lower_register_budget<kStagingRegisters>();
-    const uint32_t keys = row_swizzle_keys(p, rt);
+    const uint32_t keys = x_by_map ? 0 : row_swizzle_keys(p, rt);
     // The thread's copies of stage s have landed: handed to the async proxy, and counted in at the stage's barrier.
     const auto say_landed = [&](int s) {
       fence_proxy_async_shared();
@@ -186,7 +190,16 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
     for (int s = 0; s < stages; ++s) {
       // The buffer's previous stage, s - kStages, must be freed: its parity is its round's.
       if (s >= S::kStages) mbarrier_wait(freed + s % S::kStages, round_parity(s - S::kStages));
-      load_stage<W, kVec>(w, features, x, x_offset, keys, p.k, s * S::kStageK, buffer(s));
+      char* stage = buffer(s);
+      if (!x_by_map) {
+        copy_stage_rows(x, x_offset, keys, s * S::kStageK, stage + S::kBytesW);
+      } else if (threadIdx.x == 0) {
+        // One box of the tile's rows by the stage's k (rows past the product zero-filled); the stage has landed once
+        // its bytes have and every staging thread has arrived.
+        mbarrier_expect_bytes(landed + s % S::kStages, kStageBytesX);
+        tensor_copy_2d(stage + S::kBytesW, &x_map, s * S::kStageK, rt.begin, landed + s % S::kStages);
+      }
+      stage_weight_rows<Staging, W, kVec>(w, features, p.k, s * S::kStageK, stage);
       cp_async_commit();
       if (s >= kLag) {
         cp_async_wait<kLag>();
@@ -278,13 +291,44 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) linear_wgmma_kerne
 #endif
 }
 
+// The copy engine's view of a plain product's slot-ordered activations, [rows, x_k] BF16: a box of kStageK k by kRows
+// rows, rows past the end read as zeros. The box keeps each row's swizzle as global memory has it, which is the one
+// the stage needs because a plain product's tiles start at multiples of kRows (row_swizzle_keys's keys are zero).
+// False where it does not apply, and the staging threads then copy the rows: rows gathered or grouped (their keys
+// differ, and they are not one box), or a driver without the entry point.
+bool activation_map(const LinearParams& p, CUtensorMap* map) {
+  if (p.tiles != nullptr || p.x_index != nullptr || !aligned16(p.x)) return false;
+  static const auto encode = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // not a failure of the launch: the rows are copied instead
+      entry = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
+  }();
+  if (encode == nullptr) return false;
+  const auto x_k = static_cast<cuuint64_t>((p.k + kSlotSegmentK - 1) / kSlotSegmentK * kSlotSegmentK);
+  const cuuint64_t dims[2] = {x_k, static_cast<cuuint64_t>(p.rows)};
+  const cuuint64_t row_bytes[1] = {x_k * sizeof(uint16_t)};
+  const cuuint32_t box[2] = {S::kStageK, S::kRows};
+  const cuuint32_t element_steps[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.x), dims, row_bytes, box, element_steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <class W, bool kVec, KernelFault kFault>
 void launch_as(const LinearParams& p, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_allowed{0};
   const auto kernel = linear_wgmma_kernel<W, kVec, kFault>;
   allow_smem(reinterpret_cast<const void*>(kernel), S::kSmemBytes, smem_allowed);
   const int64_t blocks = static_cast<int64_t>((p.n + S::kFeatures - 1) / S::kFeatures) * p.max_tiles;
-  launch_kernel(kernel, static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream, p);
+  CUtensorMap x_map{};
+  const bool x_by_map = activation_map(p, &x_map);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, stream, p, x_map, x_by_map);
 }
 
 template <KernelFault kFault>

@@ -107,6 +107,22 @@ __device__ __forceinline__ void mbarrier_wait(void* barrier, uint32_t parity) {
       : "memory");
 }
 
+// Adds `bytes` to what the barrier's current phase waits for besides its arrivals: the bytes of copy-engine copies
+// that complete at it (tensor_copy_2d).
+__device__ __forceinline__ void mbarrier_expect_bytes(void* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(bytes)
+               : "memory");
+}
+// Copies the box at coordinates (c0, c1) of the 2-D tensor that `map` (a CUtensorMap kernel parameter) describes to
+// shared memory at `smem` with the copy engine (TMA, sm_90); its bytes count in at `barrier` as they land.
+__device__ __forceinline__ void tensor_copy_2d(void* smem, const void* map, int c0, int c1, void* barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(shared_address(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(shared_address(barrier))
+      : "memory");
+}
+
 // Orders the thread's earlier writes to shared memory through the generic proxy (stores, completed cp.async copies)
 // before what the async proxy (wgmma's shared-memory operands) reads after a synchronization that follows.
 __device__ __forceinline__ void fence_proxy_async_shared() {
