@@ -30,8 +30,8 @@
 // registers (setmaxnreg) so the multiplying ones hold the slice's accumulators, its fragments and the running sums
 // without spilling.
 //
-// Speed (linear_bench, T = 4096, H100, 2026-12-07, 8d6ab78): 222-244 TFLOP/s with BF16 weights and 239-260 with FP8
-// on the shapes of 2048 to 12288 features, against the tiled kernel's 165-175 and 112-114 and cuBLAS's 746-779.
+// Speed (linear_bench, T = 4096, H100, 2026-12-07, d48b404): 353-414 TFLOP/s with BF16 weights and 323-364 with FP8
+// at 12288 x 2048 and 2048 x 4096, against the tiled kernel's 168-177 and 113-115 and cuBLAS's 775-780.
 #include <cudaTypedefs.h>
 
 #include "backends/cuda/kernels/launch.cuh"
@@ -310,7 +310,7 @@ bool activation_map(const LinearParams& p, CUtensorMap* map) {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
   }();
   if (encode == nullptr) return false;
-  const auto x_k = static_cast<cuuint64_t>((p.k + kSlotSegmentK - 1) / kSlotSegmentK * kSlotSegmentK);
+  const auto x_k = static_cast<cuuint64_t>(linear_slot_order_k(p.k));
   const cuuint64_t dims[2] = {x_k, static_cast<cuuint64_t>(p.rows)};
   const cuuint64_t row_bytes[1] = {x_k * sizeof(uint16_t)};
   const cuuint32_t box[2] = {S::kStageK, S::kRows};
